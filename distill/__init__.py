@@ -1,0 +1,1 @@
+"""Everything that makes drafts: targets, prompts, collect, draft, losses, train, evaluate, pipeline, publish."""

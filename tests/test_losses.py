@@ -1,0 +1,336 @@
+"""Losses against hand-computed values and the inequalities they must satisfy."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from distill.losses import (
+    LOSS_NAMES,
+    TAIL_FLOOR,
+    coarsen,
+    combined_loss,
+    cross_entropy,
+    forward_kl,
+    jsd,
+    per_position,
+    reverse_kl,
+    tvd,
+)
+
+LOSSES = {"fkl": forward_kl, "rkl": reverse_kl, "jsd": jsd, "tvd": tvd}
+
+
+def _all(n):
+    return torch.ones(n, dtype=torch.bool)
+
+
+def _topk(teacher_logits, k):
+    """Teacher's top-k (ids, float32 log-probs) from full logits (N, V)."""
+    lp, ids = torch.log_softmax(teacher_logits.float(), dim=-1).topk(k, dim=-1)
+    return ids, lp
+
+
+def _full(name, p, q, beta=0.5):
+    """Reference divergence (N,) between full distributions p, q (N, V) in float64."""
+    p, q = p.double(), q.double()
+    if name == "fkl":
+        return torch.xlogy(p, p).sum(-1) - torch.xlogy(p, q).sum(-1)
+    if name == "rkl":
+        return _full("fkl", q, p)
+    if name == "jsd":
+        m = beta * p + (1 - beta) * q
+        return beta * _full("fkl", p, m) + (1 - beta) * _full("fkl", q, m)
+    return 0.5 * (p - q).abs().sum(-1)
+
+
+# --- hand-computed values on V = 4, k = 2
+
+
+P4 = [0.5, 0.3, 0.15, 0.05]  # teacher; top-2 = ids 0, 1, rest bin 0.2
+Q4 = [0.25, 0.25, 0.25, 0.25]  # student; bins 0.25, 0.25, rest 0.5
+
+
+def _case4():
+    logits = torch.tensor([Q4]).log()
+    ids = torch.tensor([[0, 1]])
+    lps = torch.tensor([P4[:2]]).log()
+    return logits, ids, lps
+
+
+def test_hand_values():
+    p, q = [0.5, 0.3, 0.2], [0.25, 0.25, 0.5]
+    m = [0.375, 0.275, 0.35]
+    expected = {
+        "fkl": 0.5 * math.log(2) + 0.3 * math.log(1.2) + 0.2 * math.log(0.4),
+        "rkl": 0.25 * math.log(0.5) + 0.25 * math.log(0.25 / 0.3) + 0.5 * math.log(2.5),
+        "jsd": 0.5 * sum(pi * math.log(pi / mi) for pi, mi in zip(p, m))
+        + 0.5 * sum(qi * math.log(qi / mi) for qi, mi in zip(q, m)),
+        "tvd": 0.3,
+    }
+    assert expected["fkl"] == pytest.approx(0.5 * 0.693147 + 0.3 * 0.182322 - 0.2 * 0.916291, abs=1e-6)
+    logits, ids, lps = _case4()
+    for name, fn in LOSSES.items():
+        assert fn(logits, ids, lps, _all(1)).item() == pytest.approx(expected[name], abs=1e-6), name
+
+
+def test_jsd_beta_hand_value():
+    b, p, q = 0.3, [0.5, 0.3, 0.2], [0.25, 0.25, 0.5]
+    m = [b * pi + (1 - b) * qi for pi, qi in zip(p, q)]
+    expected = b * sum(pi * math.log(pi / mi) for pi, mi in zip(p, m)) + (1 - b) * sum(
+        qi * math.log(qi / mi) for qi, mi in zip(q, m)
+    )
+    logits, ids, lps = _case4()
+    assert jsd(logits, ids, lps, _all(1), beta=b).item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_cross_entropy_hand_value_and_ignored_label():
+    logits, _, _ = _case4()
+    logits = logits.repeat(2, 1)
+    labels = torch.tensor([2, -1])
+    assert cross_entropy(logits, labels, _all(2)).item() == pytest.approx(math.log(4), abs=1e-6)
+
+
+# --- identities and inequalities on random distributions
+
+
+@pytest.mark.parametrize("k", [16, 5])
+def test_zero_on_identical(k):
+    torch.manual_seed(0)
+    z = torch.randn(8, 16) * 3
+    ids, lps = _topk(z, k)
+    if k == 16:  # full vocabulary in a shuffled order: no rest bin
+        perm = torch.randperm(16)
+        ids, lps = ids[:, perm], lps[:, perm]
+    for name, fn in LOSSES.items():
+        assert fn(z, ids, lps, _all(8)).item() == pytest.approx(0.0, abs=1e-6), name
+
+
+def test_nonnegative_bounded_and_lower_bound_of_full_vocab():
+    torch.manual_seed(1)
+    zt, zs = torch.randn(64, 12) * 2, torch.randn(64, 12) * 2
+    p, q = zt.softmax(-1), zs.softmax(-1)
+    ids, lps = _topk(zt, 4)
+    vals = per_position(zs, ids, lps, list(LOSSES))
+    for name, v in vals.items():
+        assert (v >= -1e-6).all(), name
+        assert (v <= _full(name, p, q).float() + 1e-5).all(), name  # coarsening never increases a divergence
+        assert (v < _full(name, p, q).float() - 1e-4).any(), name  # and here it strictly loses something
+    assert (vals["jsd"] <= math.log(2) + 1e-6).all()
+    assert (vals["tvd"] <= torch.sqrt(vals["fkl"] / 2) + 1e-6).all()  # Pinsker
+    assert (vals["tvd"] <= torch.sqrt(vals["rkl"] / 2) + 1e-6).all()
+
+
+def test_full_vocab_matches_reference():
+    torch.manual_seed(2)
+    zt, zs = torch.randn(16, 10), torch.randn(16, 10)
+    ids, lps = _topk(zt, 10)
+    vals = per_position(zs, ids, lps, list(LOSSES), jsd_beta=0.2)
+    for name, v in vals.items():
+        ref = _full(name, zt.softmax(-1), zs.softmax(-1), beta=0.2).float()
+        torch.testing.assert_close(v, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_jsd_symmetry():
+    torch.manual_seed(3)
+    za, zb = torch.randn(16, 10) * 2, torch.randn(16, 10) * 2
+    ids_a, lps_a = _topk(za, 10)
+    ids_b, lps_b = _topk(zb, 10)
+    m = _all(16)
+    assert jsd(zb, ids_a, lps_a, m).item() == pytest.approx(jsd(za, ids_b, lps_b, m).item(), abs=1e-6)
+    # generalised: swapping teacher and student is the same as beta -> 1 - beta
+    assert jsd(zb, ids_a, lps_a, m, beta=0.2).item() == pytest.approx(
+        jsd(za, ids_b, lps_b, m, beta=0.8).item(), abs=1e-6
+    )
+    assert jsd(zb, ids_a, lps_a, m).item() > 0.01
+
+
+# --- reduced vocabulary (-1 ids), masks, dtypes
+
+
+def test_minus_one_ids_move_teacher_mass_to_rest():
+    # Student vocab {a, b, c} = ids 0..2; teacher's top-3 is (b 0.4, x 0.3, a 0.2) with x not in the student's
+    # vocab. Teacher bins: b 0.4, a 0.2, rest 0.4; student q = (0.5, 0.3, 0.2): bins b 0.3, a 0.5, rest 0.2.
+    logits = torch.tensor([[0.5, 0.3, 0.2]]).log()
+    ids = torch.tensor([[1, -1, 0]])
+    lps = torch.tensor([[0.4, 0.3, 0.2]]).log()
+    expected = 0.4 * math.log(0.4 / 0.3) + 0.2 * math.log(0.2 / 0.5) + 0.4 * math.log(0.4 / 0.2)
+    assert forward_kl(logits, ids, lps, _all(1)).item() == pytest.approx(expected, abs=1e-6)
+    # the same as leaving the -1 column out
+    dropped = forward_kl(logits, ids[:, [0, 2]], lps[:, [0, 2]], _all(1))
+    assert forward_kl(logits, ids, lps, _all(1)).item() == pytest.approx(dropped.item(), abs=1e-7)
+
+
+def test_several_minus_one_and_all_minus_one():
+    torch.manual_seed(4)
+    zs = torch.randn(3, 6, requires_grad=True)
+    ids = torch.tensor([[2, -1, -1, 0], [-1, -1, -1, -1], [5, 4, 3, -1]])
+    lps = torch.log(torch.tensor([[0.3, 0.2, 0.2, 0.1], [0.4, 0.3, 0.2, 0.05], [0.5, 0.2, 0.1, 0.1]]))
+    for name in LOSSES:
+        v = per_position(zs, ids, lps, [name])[name]
+        assert torch.isfinite(v).all(), name
+        assert v[1].item() == pytest.approx(0.0, abs=1e-6), name  # one bin each: nothing to compare
+        v.sum().backward()
+        assert torch.isfinite(zs.grad).all(), name
+        zs.grad = None
+    t_logp, _, live = coarsen(zs, ids, lps)
+    assert live.tolist()[0] == [True, False, False, True, True]
+    assert t_logp[0, 4].exp().item() == pytest.approx(0.6, abs=1e-6)  # 0.2 + 0.2 from -1 ids + 0.2 tail
+
+
+def test_ids_cover_student_vocab_drops_teacher_rest():
+    # Reduced student vocab of 3, all of them in the teacher's top-3, teacher tail 0.4 outside: no rest bin,
+    # teacher renormalised over the 3 bins.
+    logits = torch.tensor([[0.5, 0.3, 0.2]]).log()
+    ids = torch.tensor([[0, 1, 2]])
+    lps = torch.tensor([[0.3, 0.18, 0.12]]).log()
+    assert forward_kl(logits, ids, lps, _all(1)).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_mask_excludes_positions():
+    torch.manual_seed(5)
+    zs = torch.randn(6, 8, requires_grad=True)
+    ids, lps = _topk(torch.randn(6, 8), 3)
+    mask = torch.tensor([True, False, True, True, False, True])
+    for name, fn in LOSSES.items():
+        loss = fn(zs, ids, lps, mask)
+        sub = fn(zs[mask], ids[mask], lps[mask], _all(4))
+        assert loss.item() == pytest.approx(sub.item(), abs=1e-6), name
+        loss.backward()
+        assert (zs.grad[~mask] == 0).all() and (zs.grad[mask] != 0).any(), name
+        zs.grad = None
+    assert forward_kl(zs, ids, lps, torch.zeros(6, dtype=torch.bool)).item() == 0.0
+    with pytest.raises(ValueError, match="bool"):
+        forward_kl(zs, ids, lps, mask.long())
+
+
+def test_float16_logprobs_and_bfloat16_logits():
+    torch.manual_seed(6)
+    zt, zs = torch.randn(4, 8), torch.randn(4, 8)
+    ids, lps = _topk(zt, 3)
+    ref = forward_kl(zs, ids, lps, _all(4))
+    low = forward_kl(zs.bfloat16(), ids, lps.half(), _all(4))
+    assert low.dtype == torch.float32
+    assert low.item() == pytest.approx(ref.item(), abs=2e-2)
+
+
+# --- gradients in the corners
+
+
+@pytest.mark.parametrize("k", [8, 3])
+@pytest.mark.parametrize("hot", [0, 7])  # the student's one-hot token: in the teacher's top-k, or (k=3) not
+def test_gradients_finite_when_student_is_one_hot(k, hot):
+    zt = torch.arange(8.0).flip(0) * 2  # teacher's top ids are 0, 1, 2, ...
+    ids, lps = _topk(zt[None], k)
+    zs = torch.full((1, 8), -50.0)
+    zs[0, hot] = 50.0
+    zs.requires_grad_(True)
+    for name, fn in LOSSES.items():
+        loss = fn(zs, ids, lps, _all(1))
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(zs.grad).all(), name
+        zs.grad = None
+
+
+def test_gradients_finite_when_teacher_tail_is_zero():
+    # fp16 rounding: the stored top-k sums to more than 1. The rest bin is floored, rkl stays finite.
+    ids = torch.tensor([[0, 1]])
+    lps = torch.tensor([[0.7, 0.3005]]).log().half()
+    assert lps.float().exp().sum() > 1
+    zs = torch.randn(1, 5, requires_grad=True)
+    t_logp, _, _ = coarsen(zs, ids, lps)
+    assert t_logp.exp().sum().item() == pytest.approx(1.0, abs=1e-6)
+    assert t_logp[0, 2].exp().item() == pytest.approx(TAIL_FLOOR, rel=1e-2)
+    for name, fn in LOSSES.items():
+        loss = fn(zs, ids, lps, _all(1))
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(zs.grad).all(), name
+        zs.grad = None
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_gradient_matches_float64_reference(name):
+    # Reference: bins built naively in float64 from the full softmax, divergence by the formula in _full.
+    torch.manual_seed(9)
+    zt, zs = torch.randn(5, 10), torch.randn(5, 10, requires_grad=True)
+    ids, lps = _topk(zt, 4)
+    ids[0, 1] = -1
+    LOSSES[name](zs, ids, lps, _all(5)).backward()
+    z64 = zs.detach().double().requires_grad_(True)
+    valid = ids >= 0
+    q = torch.where(valid, z64.softmax(-1).gather(-1, ids.clamp(min=0)), 0.0)
+    p = torch.where(valid, lps.double().exp(), 0.0)
+    q_bins = torch.cat([q, 1 - q.sum(-1, keepdim=True)], -1)
+    p_bins = torch.cat([p, 1 - p.sum(-1, keepdim=True)], -1)
+    _full(name, p_bins, q_bins).mean().backward()
+    torch.testing.assert_close(zs.grad, z64.grad.float(), atol=1e-6, rtol=1e-4)
+
+
+def test_gradient_moves_student_toward_teacher():
+    logits, ids, lps = _case4()
+    logits.requires_grad_(True)
+    for name, fn in LOSSES.items():
+        fn(logits, ids, lps, _all(1)).backward()
+        g = logits.grad[0]
+        assert g[0] < 0 and g[2] > 0, name  # teacher over-weights id 0 and under-weights the tail
+        logits.grad = None
+
+
+# --- cross-entropy and the combined loss
+
+
+def test_cross_entropy_matches_torch():
+    torch.manual_seed(7)
+    zs, labels = torch.randn(10, 7), torch.randint(0, 7, (10,))
+    torch.testing.assert_close(cross_entropy(zs, labels, _all(10)), F.cross_entropy(zs, labels))
+    labels[[2, 5]] = -1
+    torch.testing.assert_close(
+        cross_entropy(zs, labels, _all(10)), F.cross_entropy(zs, labels, ignore_index=-1)
+    )
+
+
+def test_combined_loss_weights_and_parts():
+    torch.manual_seed(8)
+    zs = torch.randn(6, 9, requires_grad=True)
+    ids, lps = _topk(torch.randn(6, 9), 4)
+    labels, mask = ids[:, 0].clone(), _all(6)
+    weights = {"fkl": 0.5, "jsd": 1.0, "ce": 0.1, "rkl": 0.0}
+    total, parts = combined_loss(zs, ids, lps, labels, mask, weights, jsd_beta=0.3)
+    assert list(parts) == ["fkl", "jsd", "ce"]
+    assert parts["fkl"].item() == pytest.approx(forward_kl(zs, ids, lps, mask).item(), abs=1e-6)
+    assert parts["jsd"].item() == pytest.approx(jsd(zs, ids, lps, mask, beta=0.3).item(), abs=1e-6)
+    assert parts["ce"].item() == pytest.approx(cross_entropy(zs, labels, mask).item(), abs=1e-6)
+    assert total.item() == pytest.approx(sum(weights[n] * parts[n].item() for n in parts), abs=1e-6)
+    assert all(not v.requires_grad for v in parts.values())
+    total.backward()
+    assert torch.isfinite(zs.grad).all() and zs.grad.abs().sum() > 0
+    # every name is accepted; divergence-only weights need no labels
+    combined_loss(zs, ids, lps, labels, mask, dict.fromkeys(LOSS_NAMES, 1.0))
+    combined_loss(zs, ids, lps, None, mask, {"tvd": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("weights", "labels", "match"),
+    [
+        ({"kl": 1.0}, True, "valid: fkl, rkl, jsd, tvd, ce"),
+        ({}, True, "zero"),
+        ({"fkl": 0.0, "ce": 0.0}, True, "zero"),
+        ({"fkl": -1.0}, True, ">= 0"),
+        ({"ce": 1.0}, False, "labels"),
+    ],
+)
+def test_combined_loss_errors(weights, labels, match):
+    zs = torch.randn(2, 5)
+    ids, lps = _topk(torch.randn(2, 5), 2)
+    with pytest.raises(ValueError, match=match):
+        combined_loss(zs, ids, lps, ids[:, 0] if labels else None, _all(2), weights)
+
+
+def test_bad_inputs_raise():
+    zs = torch.randn(2, 5)
+    ids, lps = _topk(torch.randn(2, 5), 2)
+    with pytest.raises(ValueError, match="jsd_beta"):
+        jsd(zs, ids, lps, _all(2), beta=1.0)
+    with pytest.raises(ValueError, match="shape"):
+        forward_kl(zs, ids, lps[:, :1], _all(2))
