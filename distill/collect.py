@@ -1,0 +1,222 @@
+"""Collect: run the target on prompts and store its outputs with top-k logprobs, resumably, in shards.
+
+    python -m distill.collect --config configs/collect/default.yaml [--key value ...]
+    accelerate launch --num_processes 2 -m distill.collect --config ...      # each rank takes its share
+    python -m distill.collect --mode score --prompts chats.jsonl ...        # teacher-force given responses
+    python -m distill.collect --generator runs/train/checkpoint-400/hf ...  # on-policy: draft writes, target scores
+
+Killing it at any moment and rerunning the same command finishes with every prompt exactly once.
+The dataset layout is documented in distill/shards.py; `load_collected(OUT)` returns it as one Dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from decode.errors import UserError
+from decode.prompts import check_context, encode_prompt
+from decode.sampling import SamplingParams
+from decode.speculative import DraftVocab
+from decode.targets import load_draft, load_target
+from distill import config as configlib
+from distill import shards
+from distill.batchgen import generate_batch, score_batch
+from distill.prompts import load_prompts, split_response
+
+
+@dataclass
+class CollectConfig:
+    target: str = field(default="default", metadata={"help": "target: default, HF folder, Hub id or .gguf"})
+    prompts: str = field(default="train", metadata={"help": "train/heldout (bundled), a JSONL file, or an HF dataset"})
+    columns: dict = field(default_factory=dict, metadata={"help": "map of our field -> dataset column, e.g. {prompt: question}"})
+    split: str = field(default="train", metadata={"help": "dataset split for HF datasets"})
+    categories: list = field(default_factory=list, metadata={"help": "only these prompt categories"})
+    limit: int = field(default=0, metadata={"help": "first N prompts only (0 = all)"})
+    output: str = field(default="runs/collect", metadata={"help": "output folder (resumes if it exists)"})
+    mode: str = field(default="generate", metadata={"help": "generate | score (teacher-force given responses)"})
+    generator: str | None = field(default=None, metadata={"help": "draft folder that generates (on-policy data); target scores"})
+    chat_template: bool = field(default=True, metadata={"help": "apply the tokenizer's chat template"})
+    max_new_tokens: int = field(default=128, metadata={"help": "tokens generated per prompt"})
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (1 = off)"})
+    top_k: int = field(default=0, metadata={"help": "sampling top-k (0 = off)"})
+    stop: list = field(default_factory=list, metadata={"help": "stop strings"})
+    topk: int = field(default=32, metadata={"help": "target logprobs stored per position (0 = none)"})
+    batch_size: int = field(default=16, metadata={"help": "prompts per forward batch (one shard per batch)"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda[:N]"})
+    dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16"})
+    shard_index: int = field(default=-1, metadata={"help": "this process's share (default: RANK from the launcher)"})
+    num_shards: int = field(default=0, metadata={"help": "number of shares (default: WORLD_SIZE from the launcher)"})
+
+    def __post_init__(self):
+        if self.mode not in ("generate", "score"):
+            raise UserError(f"--mode must be 'generate' or 'score', got {self.mode!r}")
+        if self.generator and self.mode == "score":
+            raise UserError("--generator makes on-policy data by generating; it cannot be combined with --mode score")
+        if self.mode == "score" and not self.topk:
+            raise UserError("--mode score stores top-k logprobs; give --topk > 0")
+        for name in ("max_new_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.topk < 0:
+            raise UserError("--topk must be >= 0")
+        SamplingParams(self.temperature, self.top_k, self.top_p)
+
+    def settings(self) -> dict:
+        """What makes two collections the same collection (anything else may change on resume)."""
+        keys = ("target", "prompts", "columns", "split", "categories", "limit", "mode", "generator", "chat_template",
+                "max_new_tokens", "temperature", "top_p", "top_k", "stop", "topk", "seed")
+        return {k: getattr(self, k) for k in keys}
+
+
+def _rank_world(cfg: CollectConfig) -> tuple[int, int]:
+    world = cfg.num_shards or int(os.environ.get("WORLD_SIZE", 1))
+    rank = cfg.shard_index if cfg.shard_index >= 0 else int(os.environ.get("RANK", 0))
+    if not 0 <= rank < world:
+        raise UserError(f"shard index {rank} is outside 0..{world - 1}")
+    return rank, world
+
+
+def _device(name: str) -> str:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+        return "cpu"
+    return name
+
+
+def prepare(cfg: CollectConfig, tokenizer, max_positions: int) -> list[dict]:
+    """Prompts with token ids (and response ids in scoring mode), all checked before anything runs."""
+    rows = load_prompts(cfg.prompts, cfg.columns, cfg.split, cfg.categories or None, cfg.limit)
+    for row in rows:
+        prompt, response = split_response(row) if cfg.mode == "score" else (row, None)
+        if cfg.mode == "score" and response is None:
+            raise UserError(f"prompt {row['id']!r} has no response to score: give a 'response' column or end "
+                            "'messages' with an assistant turn")
+        row["prompt_ids"] = encode_prompt(tokenizer, prompt, cfg.chat_template)
+        if response is not None:
+            row["response_ids"] = tokenizer(response, add_special_tokens=False)["input_ids"]
+            if tokenizer.eos_token_id is not None:
+                row["response_ids"].append(tokenizer.eos_token_id)
+        n_new = len(row.get("response_ids", ())) if cfg.mode == "score" else cfg.max_new_tokens
+        check_context(len(row["prompt_ids"]), n_new, max_positions, row["id"])
+    return rows
+
+
+def run(cfg: CollectConfig, argv: list[str] | None = None) -> dict | None:
+    out = Path(cfg.output)
+    device = _device(cfg.device)
+    target, tok = load_target(cfg.target, cfg.dtype, device)
+    vocab = target.config.vocab_size
+    if cfg.topk > vocab:
+        raise UserError(f"--topk {cfg.topk} is larger than the target's vocabulary ({vocab})")
+    rows = prepare(cfg, tok, target.config.max_position_embeddings)
+    shards.guard_settings(out, {**cfg.settings(), "tokenizer": shards.tokenizer_fingerprint(tok)})
+    configlib.save(cfg, out / "collect.config.json")
+
+    rank, world = _rank_world(cfg)
+    done = shards.done_ids(out)
+    mine = [r for i, r in enumerate(rows) if i % world == rank and r["id"] not in done]
+    mine.sort(key=lambda r: -len(r["prompt_ids"]))  # similar lengths share a batch: little padding
+    eos = set(_eos_ids(target, tok))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos), 0)
+    sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
+    generator_model, gvocab = None, None
+    if cfg.generator:
+        d = load_draft(cfg.generator, target, tok, device=device)
+        generator_model, gvocab = d.model, DraftVocab(d.vocab_map, vocab)
+    source = "score" if cfg.mode == "score" else ("on_policy" if cfg.generator else "target")
+
+    bar = tqdm(total=len(mine), desc=f"collect[{rank}/{world}]", unit="prompt", disable=None)
+    tokens, seconds = 0, 0.0
+    for start in range(0, len(mine), cfg.batch_size):
+        batch = mine[start: start + cfg.batch_size]
+        t0 = time.perf_counter()
+        gen = torch.Generator(device=device).manual_seed(cfg.seed + start)
+        if cfg.mode == "score":
+            results = score_batch(target, [r["prompt_ids"] for r in batch], [r["response_ids"] for r in batch], cfg.topk, pad)
+        elif generator_model is not None:
+            drafted = generate_batch(generator_model, [gvocab.to_draft(r["prompt_ids"]) for r in batch],
+                                     cfg.max_new_tokens, sampling, 0, eos, pad, tuple(cfg.stop), tok, gen)
+            responses = [[gvocab.to_target(t) for t in g.response_ids] for g in drafted]
+            results = score_batch(target, [r["prompt_ids"] for r in batch], responses, cfg.topk, pad)
+        else:
+            results = generate_batch(target, [r["prompt_ids"] for r in batch], cfg.max_new_tokens, sampling, cfg.topk,
+                                     eos, pad, tuple(cfg.stop), tok, gen)
+        dt = time.perf_counter() - t0
+        n_tok = sum(len(g.response_ids) for g in results)
+        records = [
+            {"id": r["id"], "category": r["category"], "source": source, "prompt_ids": r["prompt_ids"],
+             "response_ids": g.response_ids, "topk_ids": g.topk_ids or [], "topk_logprobs": g.topk_logprobs or []}
+            for r, g in zip(batch, results)
+        ]
+        shards.write_shard(out, f"r{rank:03d}-{time.time_ns()}", records,
+                           {"rank": rank, "rows": len(records), "tokens": n_tok, "seconds": dt})
+        tokens, seconds = tokens + n_tok, seconds + dt
+        bar.update(len(batch))
+        bar.set_postfix(tokens=tokens, tok_s=f"{tokens / seconds:.1f}")
+    bar.close()
+    return finish(out, cfg, rows, tok, argv)
+
+
+def _eos_ids(model, tok) -> list[int]:
+    eos = model.generation_config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    return eos + ([tok.eos_token_id] if tok.eos_token_id is not None and tok.eos_token_id not in eos else [])
+
+
+def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv) -> dict | None:
+    """Write collect.json once every prompt is in a shard (the last rank to finish does it)."""
+    metas = shards.shard_meta(out)
+    n_rows = sum(m["rows"] for m in metas)
+    if n_rows < len(rows):
+        print(f"{n_rows}/{len(rows)} prompts collected; other ranks are still running", file=sys.stderr)
+        return None
+    per_rank: dict = {}
+    for m in metas:
+        t, s = per_rank.get(m["rank"], (0, 0.0))
+        per_rank[m["rank"]] = (t + m["tokens"], s + m["seconds"])
+    tokens = sum(t for t, _ in per_rank.values())
+    info = {
+        "target": cfg.target,
+        "tokenizer": shards.tokenizer_fingerprint(tok),
+        "settings": cfg.settings(),
+        "k": cfg.topk,
+        "prompts": len(rows),
+        "rows": n_rows,
+        "tokens": tokens,
+        "shards": len(metas),
+        "tokens_per_s": round(sum(t / s for t, s in per_rank.values() if s), 2),
+        "bytes": sum(f.stat().st_size for f in (out / "shards").rglob("*.arrow")),
+        "config": configlib.to_dict(cfg),
+        "command": "python -m distill.collect " + " ".join(argv or []),
+    }
+    info["bytes_per_token"] = round(info["bytes"] / max(tokens, 1), 1)
+    shards.write_json_atomic(out / "collect.json", info)
+    return info
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = configlib.parse(CollectConfig, argv, __doc__)
+        info = run(cfg, argv)
+    except UserError as e:
+        sys.exit(f"error: {e}")
+    if info:
+        print(f"collected {info['rows']} prompts, {info['tokens']} tokens at {info['tokens_per_s']} tokens/s "
+              f"({info['bytes_per_token']} bytes/token) into {cfg.output}")
+        print(json.dumps({k: v for k, v in info.items() if k != "config"}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Config loading shared by every job: defaults live once, in each job's dataclass; a YAML file overrides them;
+`--key value` on the command line overrides the YAML. The resolved config is saved with every output.
+
+    cfg = parse(CollectConfig, argv, doc=__doc__)   # --config FILE.yaml --max-new-tokens 64 ...
+
+Field help comes from `field(metadata={"help": ...})`; checks live in each dataclass's __post_init__.
+A class attribute PRESETS = {"quick": {...}} defines named override sets for `--preset NAME`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import types
+import typing
+from pathlib import Path
+
+import yaml
+
+from decode.errors import UserError
+
+
+def _kind(tp) -> str:
+    """Map a field's annotation to how its command-line text is parsed."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _kind(args[0]) if len(args) == 1 else "yaml"
+    if tp is bool:
+        return "bool"
+    if tp in (int, float, str):
+        return tp.__name__
+    return "yaml"  # lists, dicts: parsed as YAML, e.g. --layers "[0, 29]" or --loss "{fkl: 1.0}"
+
+
+def _convert(kind: str, text):
+    if not isinstance(text, str):
+        return text
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    if kind == "str":
+        return text
+    return yaml.safe_load(text)
+
+
+def parse(cls, argv=None, doc: str | None = None):
+    """Build a `cls` config from --config YAML and --key value overrides (see module docstring)."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML file overriding the defaults (command-line flags override it)")
+    presets = getattr(cls, "PRESETS", {})
+    if presets:
+        p.add_argument("--preset", choices=sorted(presets), help="a named set of overrides applied before the YAML")
+    for name, f in fields.items():
+        kind = _kind(hints[name])
+        default = f.default if f.default is not dataclasses.MISSING else "(computed)"
+        help_text = f"{f.metadata.get('help', '')} [default: {default}]"
+        flag = "--" + name.replace("_", "-")
+        if kind == "bool":
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
+        else:
+            p.add_argument(flag, default=argparse.SUPPRESS, help=help_text, metavar=kind.upper())
+    args = vars(p.parse_args(argv))
+    values: dict = {}
+    if args.get("preset"):
+        values.update(presets[args["preset"]])
+    config_file = args.pop("config", None)
+    if config_file:
+        values.update(load_yaml(config_file, fields))
+    for name in fields:
+        if name in args:
+            try:
+                values[name] = _convert(_kind(hints[name]), args[name])
+            except (ValueError, yaml.YAMLError) as e:
+                raise UserError(f"--{name.replace('_', '-')}: cannot parse {args[name]!r} ({e})") from None
+    if "preset" in fields and args.get("preset"):
+        values["preset"] = args["preset"]
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise UserError(f"bad config: {e}") from None
+
+
+def load_yaml(path: str | Path, fields: dict) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: malformed YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
+    data = {k.replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise UserError(f"{path}: unknown option(s) {unknown}; valid options: {sorted(fields)}")
+    return data
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def save(cfg, path: str | Path) -> None:
+    """Write the resolved config next to an output (JSON, so any tool reads it)."""
+    Path(path).write_text(json.dumps(to_dict(cfg), indent=2, default=str) + "\n")

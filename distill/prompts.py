@@ -1,0 +1,90 @@
+"""Prompt sets: the bundled ones (`train`, `heldout`), JSONL files, or any HF dataset with a column mapping.
+
+    load_prompts("train")                                    # bundled train split (612 prompts)
+    load_prompts("my.jsonl")                                 # DESIGN.md prompt file
+    load_prompts("data/chats/", columns={"messages": "conversation", "category": "topic"})
+    load_prompts("org/dataset", split="train", columns={"prompt": "question"})   # Hub, when reachable
+
+Each prompt comes back as {"id", "category", "messages" | "prompt"} (plus "response" in scoring data:
+the last assistant message, or a mapped `response` column).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from decode.errors import UserError
+from decode.prompts import read_prompts, validate_prompt
+
+DATA_DIR = Path(__file__).parent / "data"
+BUNDLED = {"train": DATA_DIR / "train.jsonl", "heldout": DATA_DIR / "heldout.jsonl"}
+FIELDS = ("id", "category", "prompt", "messages", "response")
+
+
+def resolve(spec: str) -> str:
+    """`train` / `heldout` -> the bundled file; anything else unchanged."""
+    return str(BUNDLED[spec]) if spec in BUNDLED else spec
+
+
+def _load_hf(spec: str, split: str):
+    import datasets
+
+    p = Path(spec)
+    try:
+        if p.is_dir() and ((p / "dataset_info.json").is_file() or (p / "state.json").is_file()):
+            ds = datasets.load_from_disk(str(p))
+            return ds[split] if isinstance(ds, datasets.DatasetDict) else ds
+        if p.is_dir() or p.is_file():
+            files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.suffix in (".parquet", ".arrow", ".json", ".jsonl", ".csv"))
+            if not files:
+                raise UserError(f"{spec}: no parquet/arrow/json/csv files found")
+            fmt = {".parquet": "parquet", ".arrow": "arrow", ".json": "json", ".jsonl": "json", ".csv": "csv"}[files[0].suffix]
+            return datasets.load_dataset(fmt, data_files=[str(f) for f in files], split="train")
+        return datasets.load_dataset(spec, split=split)
+    except UserError:
+        raise
+    except Exception as e:  # datasets raises many types; the user needs the one line
+        raise UserError(f"could not load prompts from {spec!r}: {str(e).splitlines()[0]}") from None
+
+
+def load_prompts(spec: str, columns: dict | None = None, split: str = "train",
+                 categories: list[str] | None = None, limit: int = 0) -> list[dict]:
+    """Load and validate prompts; `columns` maps our field names to the dataset's column names."""
+    columns = dict(columns or {})
+    bad = sorted(set(columns) - set(FIELDS))
+    if bad:
+        raise UserError(f"column mapping has unknown field(s) {bad}; map any of {list(FIELDS)} to your columns")
+    path = resolve(spec)
+    if path.endswith(".jsonl") and not columns:
+        rows = read_prompts(path)
+    else:
+        ds = _load_hf(path, split)
+        missing = sorted({c for c in columns.values() if c not in ds.column_names})
+        if missing:
+            raise UserError(f"{spec}: column(s) {missing} not found; the dataset has {ds.column_names}")
+        rename = {v: k for k, v in columns.items()}
+        rows = []
+        for i, raw in enumerate(ds):
+            row = {rename.get(k, k): v for k, v in raw.items() if rename.get(k, k) in FIELDS}
+            row.setdefault("id", f"{Path(path).stem}-{i}")
+            rows.append(validate_prompt(row, f"{spec} row {i}"))
+    if not rows:
+        raise UserError(f"{spec}: the prompt set is empty")
+    if categories:
+        have = {r["category"] for r in rows}
+        unknown = sorted(set(categories) - have)
+        if unknown:
+            raise UserError(f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {unknown}; {spec} has {sorted(have)}")
+        rows = [r for r in rows if r["category"] in categories]
+    return rows[:limit] if limit else rows
+
+
+def split_response(row: dict) -> tuple[dict, str | None]:
+    """For scoring data: (the prompt part, the response text). The response is a `response` field or the
+    last assistant message."""
+    if "response" in row and row["response"] is not None:
+        return {k: v for k, v in row.items() if k != "response"}, str(row["response"])
+    msgs = row.get("messages")
+    if msgs and msgs[-1]["role"] == "assistant" and len(msgs) > 1:
+        return {**row, "messages": msgs[:-1]}, msgs[-1]["content"]
+    return row, None

@@ -1,0 +1,124 @@
+"""A collected dataset on disk: atomic shards, the set of finished prompt ids, and the settings guard.
+
+    OUT/collect.settings.json   what this collection is (target, tokenizer fingerprint, generation settings);
+                                written before the first shard so a rerun with other settings is refused
+    OUT/shards/<name>/          one `datasets` dataset per batch, written to a temp folder and renamed in,
+                                so a kill at any moment leaves either a whole shard or none
+    OUT/collect.json            metadata of the finished collection (written once every prompt is in a shard)
+
+Exactly-once: a prompt is skipped when its id is in any finished shard, and a shard is only ever visible whole.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import datasets
+
+from decode.errors import UserError
+
+datasets.disable_progress_bars()  # one shard per batch: the collect bar is the progress that matters
+
+FEATURES = datasets.Features({
+    "id": datasets.Value("string"),
+    "category": datasets.Value("string"),
+    "source": datasets.Value("string"),  # "target" (generated), "score" (given text), "on_policy" (draft-generated)
+    "prompt_ids": datasets.Sequence(datasets.Value("int32")),
+    "response_ids": datasets.Sequence(datasets.Value("int32")),
+    "topk_ids": datasets.Sequence(datasets.Sequence(datasets.Value("int32"))),
+    "topk_logprobs": datasets.Sequence(datasets.Sequence(datasets.Value("float16"))),
+})
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """sha256 over the vocabulary and special tokens: equal fingerprints = interchangeable token ids."""
+    h = hashlib.sha256()
+    h.update(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode())
+    h.update(json.dumps([tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id]).encode())
+    return h.hexdigest()[:16]
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def guard_settings(out: Path, settings: dict) -> None:
+    """Refuse to add to a collection made with other settings; record them for a new one."""
+    path = out / "collect.settings.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        diff = {k: (old.get(k), settings.get(k)) for k in set(old) | set(settings) if old.get(k) != settings.get(k)}
+        if diff:
+            lines = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, a, b in ((k, *v) for k, v in sorted(diff.items())))
+            raise UserError(
+                f"{out} holds a collection made with other settings ({lines}). Rerun with the same settings to "
+                f"resume it, or give a new --output (or delete {out}) to start fresh."
+            )
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, settings)
+
+
+def shard_dirs(out: Path) -> list[Path]:
+    d = out / "shards"
+    return sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")) if d.is_dir() else []
+
+
+def done_ids(out: Path) -> set[str]:
+    ids: set[str] = set()
+    for s in shard_dirs(out):
+        ids.update(datasets.load_from_disk(str(s))["id"])
+    return ids
+
+
+def write_shard(out: Path, name: str, rows: list[dict], meta: dict) -> None:
+    """Write rows as one shard, atomically. A full disk is reported as resumable and loses nothing written."""
+    final = out / "shards" / name
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=final.parent))
+    try:
+        ds = datasets.Dataset.from_list(rows, features=FEATURES)
+        ds.save_to_disk(str(tmp))
+        (tmp / "shard.json").write_text(json.dumps(meta))
+        os.rename(tmp, final)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise UserError(
+                f"disk full while writing shard {name} in {out}: the {len(shard_dirs(out))} shards already written are "
+                "intact. Free some space and rerun the same command to resume."
+            ) from None
+        raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def shard_meta(out: Path) -> list[dict]:
+    return [json.loads((s / "shard.json").read_text()) for s in shard_dirs(out) if (s / "shard.json").is_file()]
+
+
+def load_collected(path: str | Path) -> datasets.Dataset:
+    """The collected dataset: all shards as one `datasets.Dataset`."""
+    out = Path(path)
+    shards = shard_dirs(out)
+    if not shards:
+        raise UserError(f"{out} holds no collected data (no shards); run `python -m distill.collect --output {out}` first")
+    return datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in shards])
+
+
+def collect_info(path: str | Path) -> dict:
+    """collect.json of a finished collection (falls back to the settings of an unfinished one)."""
+    out = Path(path)
+    for name in ("collect.json", "collect.settings.json"):
+        if (out / name).is_file():
+            return json.loads((out / name).read_text())
+    raise UserError(f"{out} is not a collected dataset (no collect.json); point --data at the output of distill.collect")
