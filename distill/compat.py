@@ -1,0 +1,247 @@
+"""Compatibility checks on an assembled draft folder, run by `distill.publish` before anything is uploaded.
+
+Each check answers one question a user of the published draft would otherwise find out the hard way:
+
+    loads       AutoModelForCausalLM.from_pretrained(folder) works, and every weight transformers expects is in
+                the file (a missing one is silently initialised at random: the "random embeddings" failure).
+    tokenizer   the tokenizer shipped with the draft, and the one the draft was trained with, are the target's.
+    lossless    a short greedy target.generate(assistant_model=draft) equals target.generate alone, token for
+                token (reduced-vocabulary drafts go through the bundled decoder instead: transformers cannot map
+                their ids).
+    random_init no weight matrix is still at its random initialisation (heuristic, see `looks_like_init`).
+    vllm        the config has what vLLM needs to use the model as a draft: a supported architecture, the
+                target's vocab size and max_position_embeddings >= the target's.
+
+`run_checks` returns one `Check` per question; publish refuses to upload when any of them failed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from decode.targets import VOCAB_MAP_FILE, check_tokenizers
+from decode.errors import UserError
+
+# Decoder-only architectures vLLM serves (a subset of vllm/model_executor/models/registry.py): the families a
+# draft cut from or distilled for a common target will have. A draft is loaded by vLLM through this name.
+VLLM_ARCHITECTURES = frozenset({
+    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM",
+    "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+    "Phi3ForCausalLM", "PhiForCausalLM", "GPT2LMHeadModel", "GPTBigCodeForCausalLM", "GPTJForCausalLM",
+    "GPTNeoXForCausalLM", "OPTForCausalLM", "FalconForCausalLM", "StableLmForCausalLM", "Starcoder2ForCausalLM",
+    "OlmoForCausalLM", "Olmo2ForCausalLM", "GraniteForCausalLM", "CohereForCausalLM", "InternLM2ForCausalLM",
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4ForCausalLM", "SmolLM3ForCausalLM", "ExaoneForCausalLM",
+})
+
+# Short, fixed prompts for the lossless check: enough to cross several verification rounds, cheap on CPU.
+LOSSLESS_PROMPTS = (
+    "Explain in two sentences why the sky is blue.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+)
+LOSSLESS_NEW_TOKENS = 24
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+# --- loads
+
+
+def load_published(folder: Path):
+    """(model or None, Check): the folder loads with AutoModelForCausalLM and every expected weight is in it."""
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
+    except Exception as e:  # any failure here is exactly what the check reports
+        return None, Check("loads", False, f"AutoModelForCausalLM.from_pretrained failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+    problems = []
+    if info.get("missing_keys"):
+        problems.append(f"weights missing from model.safetensors, so transformers initialised them at random: {sorted(info['missing_keys'])[:6]}")
+    if info.get("unexpected_keys"):
+        problems.append(f"weights in model.safetensors that {type(model).__name__} ignores: {sorted(info['unexpected_keys'])[:6]}")
+    if info.get("mismatched_keys"):
+        problems.append(f"weights whose shape does not match config.json: {sorted(info['mismatched_keys'])[:6]}")
+    if problems:
+        return model.eval(), Check("loads", False, "; ".join(problems))
+    return model.eval(), Check("loads", True, f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} parameters")
+
+
+# --- tokenizer
+
+
+def check_tokenizer(folder: Path, draft_dir: Path, target_tok, vocab_map: list[int] | None) -> Check:
+    """The folder's tokenizer (copied from the target) and the draft's own (from training) equal the target's."""
+    sources = [("published folder", folder)]
+    if any((draft_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        sources.append(("draft checkpoint", draft_dir))
+    for label, path in sources:
+        try:
+            tok = AutoTokenizer.from_pretrained(path)
+        except Exception as e:
+            return Check("tokenizer", False, f"the {label}'s tokenizer does not load: {str(e).splitlines()[0]}")
+        try:
+            # a reduced-vocabulary draft still ships the full target tokenizer, so compare in full
+            check_tokenizers(target_tok, tok)
+        except UserError as e:
+            return Check("tokenizer", False, f"{label}: {e}")
+        if getattr(tok, "chat_template", None) != getattr(target_tok, "chat_template", None):
+            return Check("tokenizer", False, f"{label}: the chat template differs from the target's")
+    if vocab_map is not None:
+        try:
+            check_tokenizers(target_tok, None, vocab_map)
+        except UserError as e:
+            return Check("tokenizer", False, str(e))
+    return Check("tokenizer", True, f"identical to the target's ({len(target_tok):,} tokens, same chat template)")
+
+
+# --- lossless
+
+
+def _prompt_ids(tokenizer, text: str) -> list[int]:
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    return tokenizer(text)["input_ids"]
+
+
+@torch.inference_mode()
+def check_lossless(target, tokenizer, draft, vocab_map: list[int] | None, gamma: int,
+                   max_new_tokens: int = LOSSLESS_NEW_TOKENS) -> Check:
+    """Greedy speculative output must equal the target's own greedy output, token for token."""
+    how = "transformers assisted generation" if vocab_map is None else "bundled decoder (reduced vocabulary)"
+    if vocab_map is None:
+        # transformers reads these from the assistant's generation_config and ignores generate() kwargs for them
+        gc = copy.deepcopy(draft.generation_config)
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = gamma, "constant", 0.0
+        draft.generation_config = gc
+    greedy = dict(do_sample=False, max_new_tokens=max_new_tokens, temperature=None, top_p=None, top_k=None)
+    for text in LOSSLESS_PROMPTS:
+        ids = _prompt_ids(tokenizer, text)
+        x = torch.tensor([ids], device=target.device)
+        mask = torch.ones_like(x)
+        try:
+            if vocab_map is None:
+                ref = target.generate(x, attention_mask=mask, **greedy)[0, len(ids):].tolist()
+                out = target.generate(x, attention_mask=mask, assistant_model=draft, **greedy)[0, len(ids):].tolist()
+            else:  # the bundled decoder, target alone vs with the draft (same forward code, so only speculation differs)
+                from decode.speculative import generate
+
+                eos = target.generation_config.eos_token_id
+                eos = (eos,) if isinstance(eos, int) else tuple(eos or ())
+                vm = torch.tensor(vocab_map, dtype=torch.long, device=target.device)
+                ref, _ = generate(target, None, ids, max_new_tokens, eos_token_ids=eos)
+                out, _ = generate(target, draft, ids, max_new_tokens, gamma=gamma, eos_token_ids=eos, vocab_map=vm)
+        except Exception as e:
+            return Check("lossless", False, f"{how} failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+        if out != ref:
+            i = next((k for k, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
+            return Check("lossless", False, f"{how} differs from the target alone at new token {i} for prompt {text!r}: "
+                                            f"{out[i:i + 5]} vs {ref[i:i + 5]}")
+    return Check("lossless", True, f"{how}, γ={gamma}, greedy: identical to the target on {len(LOSSLESS_PROMPTS)} prompts × {max_new_tokens} tokens")
+
+
+# --- random init
+
+
+def looks_like_init(t: torch.Tensor, initializer_range: float) -> bool:
+    """Heuristic: does this weight matrix look like transformers' init, normal(0, initializer_range)?
+
+    Trained weights drift far from that (SmolLM2's matrices have std 0.05-0.4 against initializer_range 0.02)
+    and are heavy-tailed. A matrix with mean ≈ 0, std within 10% of initializer_range and Gaussian kurtosis
+    (3 ± 0.5) is taken for untouched init. Norm weights (all ones, all zeros) are legitimately at their init and
+    are 1-D, so only 2-D matrices (linear and embedding weights) of 1024+ elements are looked at.
+    """
+    if t.dim() != 2 or t.numel() < 1024 or not t.is_floating_point():
+        return False
+    x = t.detach().float().flatten()
+    mean, std = x.mean().item(), x.std().item()
+    if std == 0 or abs(std - initializer_range) > 0.1 * initializer_range or abs(mean) > 0.1 * initializer_range:
+        return False
+    kurtosis = (((x - mean) / std) ** 4).mean().item()
+    return abs(kurtosis - 3.0) < 0.5
+
+
+def check_random_init(draft, target, vocab_map: list[int] | None = None) -> Check:
+    """No 2-D weight of the draft looks like init, unless it is a copy of one of the target's tensors.
+
+    The exception matters when the target itself looks like init (tiny random test models): a draft that copies
+    a target tensor (or, for a reduced vocabulary, the target rows its map names) has not been left at *its
+    own* random initialisation. Copies are compared after casting, so a bf16 copy of a float32 tensor counts.
+    """
+    r = getattr(draft.config, "initializer_range", None)
+    if r is None:
+        return Check("random_init", True, "skipped: the config has no initializer_range to compare against")
+    by_shape: dict[tuple, list[torch.Tensor]] = {}
+    vm = torch.tensor(vocab_map, dtype=torch.long) if vocab_map is not None else None
+    for p in target.state_dict().values():
+        by_shape.setdefault(tuple(p.shape), []).append(p)
+        if vm is not None and p.dim() == 2 and p.shape[0] == target.config.vocab_size:
+            rows = p.index_select(0, vm.to(p.device))
+            by_shape.setdefault(tuple(rows.shape), []).append(rows)
+    suspects = []
+    for name, p in draft.named_parameters():
+        if not looks_like_init(p, r):
+            continue
+        same = by_shape.get(tuple(p.shape), [])
+        if any(torch.allclose(p.detach().float(), t.detach().float().to(p.device), rtol=1e-2, atol=1e-6) for t in same):
+            continue
+        suspects.append(f"{name} (mean {p.float().mean().item():.4f}, std {p.float().std().item():.4f})")
+    if suspects:
+        return Check("random_init", False, f"weights still look like random init normal(0, {r}): {', '.join(suspects[:6])}"
+                                           + (f" and {len(suspects) - 6} more" if len(suspects) > 6 else ""))
+    return Check("random_init", True, f"no weight matrix matches normal(0, {r}) init statistics")
+
+
+# --- vLLM
+
+
+def check_vllm(config, target_config, reduced_vocab: bool) -> Check:
+    """What vLLM needs to load the folder as `speculative_config={"model": ...}`."""
+    problems, notes = [], []
+    archs = getattr(config, "architectures", None) or []
+    if not archs:
+        problems.append("config.json has no `architectures`; vLLM picks the model class from it")
+    elif archs[0] not in VLLM_ARCHITECTURES:
+        problems.append(f"architecture {archs[0]} is not one vLLM serves (e.g. {', '.join(sorted(VLLM_ARCHITECTURES)[:4])}, ...)")
+    if reduced_vocab:
+        notes.append(f"reduced vocabulary ({config.vocab_size:,} of {target_config.vocab_size:,} ids, map in {VOCAB_MAP_FILE}): "
+                     "vLLM cannot use it as a plain draft model")
+    elif config.vocab_size != target_config.vocab_size:
+        problems.append(f"vocab_size {config.vocab_size} differs from the target's {target_config.vocab_size}")
+    mine = getattr(config, "max_position_embeddings", None)
+    theirs = getattr(target_config, "max_position_embeddings", None)
+    if mine is None:
+        problems.append("config.json has no max_position_embeddings")
+    elif theirs is not None and mine < theirs:
+        problems.append(f"max_position_embeddings {mine} < the target's {theirs}: vLLM refuses drafts shorter than the target")
+    if problems:
+        return Check("vllm", False, "; ".join(problems))
+    return Check("vllm", True, "; ".join([f"{archs[0]}, max_position_embeddings {mine}"] + notes))
+
+
+# --- all of them
+
+
+def run_checks(folder: Path, draft_dir: Path, target, target_tok, gamma: int) -> list[Check]:
+    """Every check on the assembled folder; a check that cannot run because the model did not load fails too."""
+    vocab_map = None
+    if (folder / VOCAB_MAP_FILE).is_file():
+        vocab_map = json.loads((folder / VOCAB_MAP_FILE).read_text())["draft_to_target"]
+    draft, loads = load_published(folder)
+    checks = [loads, check_tokenizer(folder, draft_dir, target_tok, vocab_map)]
+    if draft is None:
+        return checks + [Check(n, False, "not run: the model does not load") for n in ("lossless", "random_init", "vllm")]
+    draft.to(target.device)
+    checks.append(check_lossless(target, target_tok, draft, vocab_map, gamma))
+    checks.append(check_random_init(draft, target, vocab_map))
+    checks.append(check_vllm(draft.config, target.config, vocab_map is not None))
+    return checks

@@ -1,0 +1,258 @@
+"""The model card of a published draft: measured numbers (model-index), design, training, commands, usage.
+
+The numbers come from an evaluation report (`python -m distill.evaluate`, EVAL_DIR/report.json): one entry per
+draft × γ with the bench schema of DESIGN.md. The card's headline is the γ with the best measured speedup; the
+model-index holds, per prompt category (plus "all"), the acceptance rate α, τ and the speedup at that γ, with
+the hardware, γ and dtype in each metric's config/args, so the numbers never travel without their conditions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from decode.errors import UserError
+from decode.targets import VOCAB_MAP_FILE
+
+TAGS = ["speculative-decoding", "draft-model", "specdistill"]
+METRICS = (  # (metric_type, pretty name, where in an entry / per_category row)
+    ("acceptance_rate", "Acceptance rate α (accepted / proposed draft tokens)", "acceptance_rate"),
+    ("tau", "τ (tokens emitted per target forward)", "tau"),
+    ("speedup", "Speedup vs the target alone (tokens/s ratio)", "speedup"),
+)
+
+
+# --- evaluation report
+
+
+def load_report(eval_dir: Path) -> tuple[Path, dict]:
+    path = eval_dir / "report.json" if eval_dir.is_dir() else eval_dir
+    if not path.is_file():
+        raise UserError(f"no evaluation report at {path}: give --eval the folder `python -m distill.evaluate` wrote (it holds report.json)")
+    try:
+        report = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(report.get("entries"), list):
+        raise UserError(f"{path} has no `entries` list; is it a report written by distill.evaluate?")
+    return path, report
+
+
+def select_entries(report: dict, report_path: Path, draft_dir: Path) -> list[dict]:
+    """The report's entries (one per γ) for this draft: same resolved path, or the report's only draft."""
+    entries = [e for e in report["entries"] if isinstance(e, dict) and "draft" in e and "speedup" in e]
+
+    def same(d: str) -> bool:
+        p = Path(d).expanduser()
+        return (p if p.is_absolute() else (report_path.parent / p)).resolve() == draft_dir.resolve() or \
+            Path(d).expanduser().resolve() == draft_dir.resolve()
+
+    mine = [e for e in entries if same(str(e["draft"]))]
+    drafts = sorted({str(e["draft"]) for e in entries})
+    if not mine and len(drafts) == 1:
+        print(f"note: {report_path} measures one draft, {drafts[0]}; using its numbers for {draft_dir}")
+        mine = entries
+    if not mine:
+        raise UserError(f"{report_path} has no entry for {draft_dir}; it measures: {', '.join(drafts) or 'nothing'}")
+    return sorted(mine, key=lambda e: e.get("gamma", 0))
+
+
+def headline(entries: list[dict]) -> dict:
+    return max(entries, key=lambda e: e["speedup"])
+
+
+def card_numbers(entry: dict) -> dict:
+    """Flat numbers of the headline entry (for W&B and the CLI summary)."""
+    spec = entry.get("speculative", {})
+    out = {"gamma": entry.get("gamma"), "speedup": entry["speedup"], "acceptance_rate": spec.get("acceptance_rate"),
+           "tau": spec.get("tau"), "tokens_per_s": spec.get("tokens_per_s"), "device": entry.get("device"),
+           "dtype": entry.get("dtype")}
+    for cat, row in sorted((entry.get("per_category") or {}).items()):
+        for key in ("acceptance_rate", "tau", "speedup"):
+            if key in row:
+                out[f"{cat}/{key}"] = row[key]
+    return out
+
+
+def conditions(entry: dict) -> dict:
+    return {k: entry.get(k) for k in ("gamma", "schedule", "dtype", "device", "temperature", "max_new_tokens")}
+
+
+def eval_results(entry: dict, target_name: str) -> list[EvalResult]:
+    """model-index rows: per category (and "all") × (α, τ, speedup), conditions stated on every metric."""
+    cond = conditions(entry)
+    metric_config = f"gamma={cond['gamma']}, schedule={cond['schedule']}, dtype={cond['dtype']}, device={cond['device']}"
+    prompts = Path(str(entry.get("prompts", "prompts"))).stem or "prompts"
+    rows = {"all": {**entry.get("speculative", {}), "speedup": entry["speedup"]}, **(entry.get("per_category") or {})}
+    results = []
+    for cat, row in rows.items():
+        for metric_type, name, key in METRICS:
+            if row.get(key) is None:
+                continue
+            results.append(EvalResult(
+                task_type="text-generation", task_name=f"Speculative decoding with {target_name}",
+                dataset_type=f"specdistill/{prompts}", dataset_name=f"{prompts} ({cat})", dataset_config=cat,
+                dataset_args={"prompts": str(entry.get("prompts")), "max_new_tokens": cond["max_new_tokens"],
+                              "temperature": cond["temperature"]},
+                metric_type=metric_type, metric_name=name, metric_value=round(float(row[key]), 4),
+                metric_config=metric_config, metric_args=cond,
+            ))
+    return results
+
+
+# --- card body
+
+
+def _fmt(x, spec=".3f") -> str:
+    return "–" if x is None else format(x, spec) if isinstance(x, (int, float)) else str(x)
+
+
+def _measured(entries: list[dict], best: dict) -> str:
+    c, spec = conditions(best), best.get("speculative", {})
+    lines = [
+        "## Measured speed",
+        "",
+        f"Measured by `distill.evaluate` on **{c['device']}**, weights in **{c['dtype']}**, γ = **{c['gamma']}** "
+        f"({c['schedule']} schedule), temperature {c['temperature']}, up to {c['max_new_tokens']} new tokens per prompt, "
+        f"prompts `{best.get('prompts')}`. Speedup is speculative tokens/s ÷ target-alone tokens/s, same process, same prompts.",
+        "",
+        f"**Best γ = {c['gamma']}: {best['speedup']:.2f}× the target alone** (α = {_fmt(spec.get('acceptance_rate'))}, "
+        f"τ = {_fmt(spec.get('tau'), '.2f')}, {_fmt(spec.get('tokens_per_s'), '.1f')} tokens/s vs "
+        f"{_fmt(best.get('baseline', {}).get('tokens_per_s'), '.1f')}; lossless: {best.get('lossless')}).",
+        "",
+        "| category | acceptance rate α | τ | speedup |",
+        "| --- | --- | --- | --- |",
+        f"| all | {_fmt(spec.get('acceptance_rate'))} | {_fmt(spec.get('tau'), '.2f')} | {best['speedup']:.2f}× |",
+    ]
+    for cat, row in sorted((best.get("per_category") or {}).items()):
+        lines.append(f"| {cat} | {_fmt(row.get('acceptance_rate'))} | {_fmt(row.get('tau'), '.2f')} | {_fmt(row.get('speedup'), '.2f')}× |")
+    if len(entries) > 1:
+        lines += ["", "Every γ measured:", "", "| γ | α | τ | tokens/s | speedup | lossless |", "| --- | --- | --- | --- | --- | --- |"]
+        for e in entries:
+            s = e.get("speculative", {})
+            lines.append(f"| {e.get('gamma')} | {_fmt(s.get('acceptance_rate'))} | {_fmt(s.get('tau'), '.2f')} | "
+                         f"{_fmt(s.get('tokens_per_s'), '.1f')} | {e['speedup']:.2f}× | {e.get('lossless')} |")
+    return "\n".join(lines)
+
+
+NO_EVAL = """## Measured speed
+
+> **Warning: no speed numbers were measured for this draft.** It was published without an evaluation report, so
+> this card carries no acceptance rate, τ or speedup, and γ below is a default, not a tuned value. Measure it with
+> `python -m distill.evaluate --drafts DRAFT_DIR` and republish with `--eval EVAL_DIR`."""
+
+
+def _design(meta: dict, config: dict, target_config: dict, n_params: int) -> str:
+    d = meta.get("design") or {}
+    layers = d.get("layers", config.get("num_hidden_layers"))
+    n_target = target_config.get("num_hidden_layers")
+    if isinstance(layers, list):
+        layers = f"{len(layers)} of the target's {n_target}: {layers}"
+    vocab = d.get("vocab", "full")
+    vocab = (f"full ({config.get('vocab_size'):,})" if vocab == "full"
+             else f"{vocab:,} of {target_config.get('vocab_size'):,} (reduced; map in `{VOCAB_MAP_FILE}`)" if isinstance(vocab, int)
+             else str(vocab))
+    rows = [
+        ("layers", layers),
+        ("hidden size", d.get("hidden_size", config.get("hidden_size"))),
+        ("intermediate size", d.get("intermediate_size", config.get("intermediate_size"))),
+        ("attention heads / KV heads", f"{d.get('num_attention_heads', config.get('num_attention_heads'))} / "
+                                       f"{d.get('num_key_value_heads', config.get('num_key_value_heads'))}"),
+        ("init", d.get("init", "unknown")),
+        ("vocabulary", vocab),
+        ("parameters", f"{d.get('params', n_params):,}"),
+        ("architecture", ", ".join(config.get("architectures") or [])),
+    ]
+    return "\n".join(["## Design", "", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+
+
+def _training(meta: dict) -> str:
+    data, loss = meta.get("data") or {}, meta.get("loss") or {}
+    loss_s = " + ".join(f"{w} × {name}" for name, w in loss.items()) or "unknown"
+    lines = ["## Training", "",
+             f"- data: `{data.get('path', 'unknown')}` ({_fmt(data.get('rows'), ',')} rows, {_fmt(data.get('tokens'), ',')} tokens), "
+             f"target outputs on prompts `{data.get('prompts', 'unknown')}`",
+             f"- loss: {loss_s}",
+             f"- steps: {_fmt(meta.get('step'), ',')}",
+             "", "Exact commands that produced this draft:", "", "```bash"]
+    lines += list(meta.get("commands") or ["# (not recorded in specdistill.json)"])
+    return "\n".join(lines + ["```"])
+
+
+def _usage(repo_id: str, target_id: str, gamma: int, reduced: bool) -> str:
+    if reduced:
+        return f"""## Usage
+
+This draft has a **reduced vocabulary**: its output layer covers a subset of the target's ids, listed in
+`{VOCAB_MAP_FILE}` (`draft_to_target[j]` is the target id of draft id j). Plain transformers
+(`assistant_model=`) and vLLM cannot use it as is, because they assume draft and target ids coincide. Use
+specdistill's bundled decoder, which maps ids in both directions and stays lossless:
+
+```python
+from huggingface_hub import snapshot_download
+from decode.targets import load_target, load_draft
+from decode.speculative import generate
+
+target, tok = load_target("{target_id}")
+draft = load_draft(snapshot_download("{repo_id}"), target, tok)
+ids = tok.apply_chat_template([{{"role": "user", "content": "Hello!"}}], add_generation_prompt=True)
+out, stats = generate(target, draft.model, ids, max_new_tokens=128, gamma={gamma}, vocab_map=draft.vocab_map)
+print(tok.decode(out), stats.tau)
+```"""
+    return f"""## Usage
+
+transformers (this repo's `generation_config.json` sets `num_assistant_tokens={gamma}` with a constant schedule;
+transformers reads these from the assistant's generation config):
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+tok = AutoTokenizer.from_pretrained("{target_id}")
+target = AutoModelForCausalLM.from_pretrained("{target_id}", dtype="auto")
+draft = AutoModelForCausalLM.from_pretrained("{repo_id}", dtype="auto")
+inputs = tok.apply_chat_template([{{"role": "user", "content": "Hello!"}}], add_generation_prompt=True,
+                                 return_tensors="pt", return_dict=True)
+out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128, do_sample=False)
+print(tok.decode(out[0, inputs["input_ids"].shape[1]:]))
+```
+
+vLLM:
+
+```python
+from vllm import LLM, SamplingParams
+
+llm = LLM(model="{target_id}", speculative_config={{"model": "{repo_id}", "num_speculative_tokens": {gamma}}})
+print(llm.generate(["Hello!"], SamplingParams(temperature=0, max_tokens=128))[0].outputs[0].text)
+```"""
+
+
+def _checks(checks) -> str:
+    lines = ["## Compatibility checks (run before upload)", "", "| check | result | detail |", "| --- | --- | --- |"]
+    return "\n".join(lines + [f"| {c.name} | {'pass' if c.ok else 'FAIL'} | {c.detail.replace('|', '/')} |" for c in checks])
+
+
+def build_card(*, repo_id: str, target_id: str | None, target_spec: str, meta: dict, config: dict, target_config: dict,
+               n_params: int, weights_dtype: str, entries: list[dict] | None, checks, gamma: int, reduced: bool,
+               license: str | None = None) -> ModelCard:
+    name = repo_id.split("/")[-1]
+    best = headline(entries) if entries else None
+    shown = target_id or target_spec
+    data = ModelCardData(
+        base_model=target_id, tags=TAGS, library_name="transformers", pipeline_tag="text-generation",
+        license=license, model_name=name, eval_results=eval_results(best, shown) if best else None,
+    )
+    link = f"[{shown}](https://huggingface.co/{shown})" if target_id else f"`{shown}`"
+    body = "\n\n".join([
+        f"# {name}",
+        f"A draft model for speculative decoding with {link}, built and measured with "
+        f"specdistill. Weights are {weights_dtype} safetensors; the "
+        "tokenizer files are the target's own.",
+        _measured(entries, best) if best else NO_EVAL,
+        _usage(repo_id, shown, gamma, reduced),
+        _design(meta, config, target_config, n_params),
+        _training(meta),
+        _checks(checks),
+    ])
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}\n")

@@ -1,0 +1,357 @@
+"""Distill: build a shallow-but-wide draft from a design and train it on collected target outputs.
+
+    accelerate launch --config_file configs/accelerate/zero2.yaml distill/train.py \
+        --config configs/train/default.yaml [--key value ...]
+    python distill/train.py --data runs/collect-default --output runs/train-default     # one CPU process
+
+Rerunning the same command resumes from the newest complete checkpoint in --output and continues exactly
+(same data order, optimizer state and RNG), so the loss curve matches an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from decode.errors import UserError
+from decode.prompts import encode_prompt
+from decode.sampling import SamplingParams
+from decode.speculative import generate
+from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, VOCAB_MAP_FILE, load_target
+from distill import batches, checkpoints, losses
+from distill import config as configlib
+from distill.draft import DraftDesign, apply_freeze, build_draft, describe
+from distill.prompts import load_prompts
+from distill.shards import collect_info, load_collected, tokenizer_fingerprint
+from distill.tracking import Tracker
+
+
+@dataclass
+class TrainConfig:
+    target: str = field(default="default", metadata={"help": "target the data was collected from"})
+    data: str = field(default="runs/collect-default", metadata={"help": "collected dataset (distill.collect --output)"})
+    eval_data: str | None = field(default=None, metadata={"help": "collected held-out dataset (default: 5%% of --data by id)"})
+    output: str = field(default="runs/train-default", metadata={"help": "run dir: checkpoints, metrics.jsonl, W&B"})
+    # --- draft design (distill/draft.py)
+    layers: int | list = field(default=2, metadata={"help": "draft depth, or target layer indices e.g. [0, 29]"})
+    hidden_size: int | None = field(default=None, metadata={"help": "draft width (prune init); None = target's"})
+    intermediate_size: int | None = field(default=None, metadata={"help": "FFN width; None = target's"})
+    num_attention_heads: int | None = field(default=None, metadata={"help": "None = target's"})
+    num_key_value_heads: int | None = field(default=None, metadata={"help": "None = target's"})
+    init: str = field(default="target_layers", metadata={"help": "target_layers | prune | random | pretrained:PATH"})
+    vocab: int | str = field(default="full", metadata={"help": "'full' or N most frequent target tokens"})
+    freeze: list = field(default_factory=lambda: ["embed"], metadata={"help": "parts kept frozen: embed, head, norm"})
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank for init=pretrained (0 = full fine-tune)"})
+    # --- objective and optimisation
+    loss: dict = field(default_factory=lambda: {"fkl": 1.0}, metadata={"help": "weights over fkl, rkl, jsd, tvd, ce"})
+    jsd_beta: float = field(default=0.5, metadata={"help": "beta of the jsd term"})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    warmup_steps: int = field(default=20, metadata={"help": "linear warm-up steps, then cosine decay"})
+    max_steps: int = field(default=300, metadata={"help": "optimizer steps"})
+    batch_size: int = field(default=8, metadata={"help": "sequences per micro-batch per process"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    max_seq_len: int = field(default=512, metadata={"help": "prompt is cut from the left beyond this"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm"})
+    precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
+    seed: int = field(default=0, metadata={"help": "data order and init seed"})
+    # --- checkpoints, evaluation, tracking
+    save_every: int = field(default=100, metadata={"help": "checkpoint every N steps (and at the end)"})
+    keep_last: int = field(default=3, metadata={"help": "checkpoints kept (0 = all)"})
+    eval_every: int = field(default=50, metadata={"help": "held-out acceptance proxy every N steps"})
+    eval_rows: int = field(default=128, metadata={"help": "held-out rows for the proxy (0 = all)"})
+    spec_eval_prompts: int = field(default=0, metadata={"help": "held-out prompts decoded for real at each eval (0 = off)"})
+    spec_eval_gamma: int = field(default=4, metadata={"help": "gamma of that real decode"})
+    log_every: int = field(default=10, metadata={"help": "train/* metrics every N steps"})
+    report_to: str = field(default="wandb", metadata={"help": "wandb | none (metrics.jsonl is always written)"})
+    wandb_project: str = field(default="specdistill", metadata={"help": "W&B project"})
+
+    def __post_init__(self):
+        if self.report_to not in ("wandb", "none"):
+            raise UserError(f"--report-to must be 'wandb' or 'none', got {self.report_to!r}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise UserError(f"--precision must be auto, bf16 or fp32, got {self.precision!r}")
+        for name in ("max_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+        bad = set(self.loss) - set(losses.LOSS_NAMES)
+        if bad or not any(v > 0 for v in self.loss.values()):
+            raise UserError(f"--loss {self.loss}: give positive weights over {list(losses.LOSS_NAMES)}")
+
+    def design(self) -> DraftDesign:
+        keys = ("layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "init", "vocab", "freeze")
+        return DraftDesign(**{k: getattr(self, k) for k in keys})
+
+
+class Student(torch.nn.Module):
+    """The draft, returning logits only at the positions that are trained: (N, V) for `sel` (N,) flat indices.
+
+    Skipping the head at prompt positions saves most of a 49k-vocabulary head's cost. Wrapping (rather than
+    calling submodules from outside) keeps DDP/DeepSpeed hooks on the forward path.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, sel):
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        h = base.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+        return base.get_output_embeddings()(h.flatten(0, 1)[sel])  # (N, V_draft)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = configlib.parse(TrainConfig, argv, __doc__)
+        train(cfg, argv)
+    except UserError as e:
+        sys.exit(f"error: {e}")
+
+
+def train(cfg: TrainConfig, argv: list[str]) -> Path:
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs, set_seed
+
+    run_dir = Path(cfg.output)
+    cuda = torch.cuda.is_available()
+    multi_cpu = not cuda and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    precision = ("bf16" if cuda else "fp32") if cfg.precision == "auto" else cfg.precision
+    # gloo on CPU: without it, multi-process CPU runs each believe they are rank 0 (DESIGN.md)
+    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", step_scheduler_with_optimizer=False,
+                              gradient_accumulation_steps=cfg.grad_accum,
+                              kwargs_handlers=[InitProcessGroupKwargs(backend="gloo")] if multi_cpu else [])
+    main_proc, rank, world = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
+    log = print if main_proc else (lambda *a, **k: None)
+    set_seed(cfg.seed)
+
+    # --- data: collected by the same target and tokenizer
+    target, tok = load_target(cfg.target, "float32", str(accelerator.device))
+    info = collect_info(cfg.data)
+    if info.get("tokenizer") != tokenizer_fingerprint(tok):
+        raise UserError(f"{cfg.data} was collected with another tokenizer (target {info.get('target')!r}); "
+                        f"collect data with --target {cfg.target} or train against that target")
+    ds = load_collected(cfg.data)
+    if len(ds) == 0:
+        raise UserError(f"{cfg.data} is empty")
+    if cfg.eval_data:
+        eval_ds = load_collected(cfg.eval_data)
+    else:  # a fixed 5% by id, so it never moves between runs
+        held = [i for i, x in enumerate(ds["id"]) if hash_id(x) % 20 == 0]
+        eval_ds, ds = ds.select(held), ds.select(sorted(set(range(len(ds))) - set(held)))
+    needs_topk = any(cfg.loss.get(k, 0) > 0 for k in losses.DIVERGENCES)
+    if needs_topk and not info.get("k"):
+        raise UserError(f"{cfg.data} has no top-k logprobs (collected with --topk 0); use --loss '{{ce: 1.0}}' or recollect")
+
+    # --- the draft
+    seqs = [p + r for p, r in zip(ds["prompt_ids"], ds["response_ids"])]
+    design = cfg.design()
+    draft, vocab_map = build_draft(design, target, tok, seqs, cfg.seed)
+    if cfg.lora_r:
+        if not cfg.init.startswith("pretrained:"):
+            raise UserError("--lora-r adapts an existing model: use it with --init pretrained:PATH")
+        from peft import LoraConfig, get_peft_model
+
+        draft = get_peft_model(draft, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear"))
+    else:
+        apply_freeze(draft, design.freeze)
+    if cfg.gradient_checkpointing:
+        draft.gradient_checkpointing_enable()
+    card = describe(draft)
+    log(f"draft: {card['layers']} layers x {card['hidden_size']} wide, vocab {card['vocab_size']}, "
+        f"{card['params'] / 1e6:.1f}M params ({card['trainable_params'] / 1e6:.1f}M trainable), "
+        f"{card['step_ms']} ms/token on {accelerator.device}")
+    draft.train()
+    t2d = d2t = None
+    if vocab_map is not None:
+        d2t = torch.tensor(vocab_map)
+        t2d = torch.full((target.config.vocab_size,), -1, dtype=torch.long)
+        t2d[d2t] = torch.arange(len(vocab_map))
+    keep_target = cfg.spec_eval_prompts > 0 and main_proc
+    if not keep_target:
+        del target
+
+    train_ex = batches.make_examples(ds, cfg.max_seq_len)
+    eval_ex = batches.make_examples(eval_ds, cfg.max_seq_len)
+    eval_ex = eval_ex[: cfg.eval_rows] if cfg.eval_rows else eval_ex
+    if not train_ex:
+        raise UserError(f"{cfg.data} has no rows with a response to train on")
+    lengths = [len(e["input_ids"]) for e in train_ex]
+    order = functools.lru_cache(maxsize=4)(lambda epoch: batches.batch_order(lengths, cfg.batch_size, cfg.seed, epoch))
+
+    # --- optimizer and engine (DeepSpeed takes grad accumulation and micro-batch size from us)
+    student = Student(draft)
+    params = [p for p in student.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    ds_plugin = accelerator.state.deepspeed_plugin
+    if ds_plugin is not None:
+        ds_plugin.deepspeed_config["gradient_accumulation_steps"] = cfg.grad_accum
+        ds_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.batch_size
+        ds_plugin.deepspeed_config["gradient_clipping"] = cfg.grad_clip
+    student, optimizer = accelerator.prepare(student, optimizer)
+
+    def lr_at(step: int) -> float:  # linear warm-up, then cosine to 10% of peak
+        if step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        t = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+        return cfg.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(t, 1.0))))
+
+    # --- resume
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state = checkpoints.resume(accelerator, run_dir)
+    step = state["step"] if state else 0
+    if state:
+        log(f"resumed from {state['path']} at step {step}")
+    tracker = Tracker(run_dir, asdict(cfg), cfg.report_to, cfg.wandb_project, run_dir.name, enabled=main_proc,
+                      resume_id=(state or {}).get("wandb_run_id"))
+    if main_proc:
+        configlib.save(cfg, run_dir / "train.config.json")
+    command = "accelerate launch distill/train.py " + " ".join(argv)
+
+    def export(state_dict, hf_dir: Path) -> None:
+        model = accelerator.unwrap_model(student).model
+        sd = {k.removeprefix("model."): v for k, v in state_dict.items()}
+        if hasattr(model, "merge_and_unload"):  # LoRA: export merged weights as a plain model
+            import copy
+
+            merged = copy.deepcopy(model)
+            merged.load_state_dict(sd)
+            model, sd = merged.merge_and_unload(), None
+        model.save_pretrained(hf_dir, state_dict=sd, safe_serialization=True)
+        tok.save_pretrained(hf_dir)
+        if vocab_map is not None:
+            (hf_dir / VOCAB_MAP_FILE).write_text(json.dumps({"draft_to_target": vocab_map}))
+        meta = {
+            "target": cfg.target,
+            "target_name": DEFAULT_HUB_ID if cfg.target == DEFAULT_TARGET else cfg.target,
+            "design": {**asdict(design), "layers": design.layer_indices(draft_layers_of_target()), **card},
+            "init": cfg.init,
+            "loss": cfg.loss,
+            "data": {"path": cfg.data, "rows": len(ds), "tokens": sum(len(r) for r in ds["response_ids"]),
+                     "prompts": info.get("settings", {}).get("prompts"), "collect_command": info.get("command")},
+            "step": step,
+            "metrics": last_eval,
+            "commands": [c for c in (info.get("command"), command) if c],
+            "wandb": tracker.run_info,
+            "train_config": asdict(cfg),
+        }
+        (hf_dir / "specdistill.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+    n_target_layers = collect_target_layers(cfg)
+
+    def draft_layers_of_target() -> int:
+        return n_target_layers
+
+    # --- evaluation: teacher-forced top-1 agreement on held-out target outputs (≈ α for greedy decoding)
+    @torch.no_grad()
+    def evaluate() -> dict:
+        student.eval()
+        agree = torch.zeros(2, device=accelerator.device)
+        for i in range(rank * cfg.batch_size, len(eval_ex), world * cfg.batch_size):
+            b = batches.collate(eval_ex[i: i + cfg.batch_size], t2d)
+            b = {k: v.to(accelerator.device) for k, v in b.items()}
+            pred = student(b["input_ids"], b["attention_mask"], b["sel"]).argmax(-1)
+            pred = d2t.to(pred.device)[pred] if d2t is not None else pred
+            agree += torch.stack([(pred == b["target_top1"]).sum().float(), torch.tensor(float(len(pred)), device=pred.device)])
+        agree = accelerator.reduce(agree, "sum")
+        metrics = {"eval/acceptance_proxy": round((agree[0] / agree[1].clamp_min(1)).item(), 4)}
+        if keep_target and ds_plugin is None or (keep_target and ds_plugin.zero_stage < 3):
+            metrics.update(spec_eval(accelerator.unwrap_model(student).model))
+        student.train()
+        return metrics
+
+    def spec_eval(model) -> dict:
+        model.eval()
+        rows = load_prompts("heldout", limit=cfg.spec_eval_prompts)
+        proposed = accepted = rounds = 0
+        for row in rows:
+            ids = encode_prompt(tok, row)
+            _, st = generate(target, model, ids, 64, cfg.spec_eval_gamma, "constant", SamplingParams(),
+                             (tok.eos_token_id,), vocab_map=d2t)
+            proposed, accepted, rounds = proposed + st.proposed, accepted + st.accepted, rounds + st.rounds
+        model.train()
+        return {"eval/acceptance_rate": round(accepted / max(proposed, 1), 4), "eval/tau": round((accepted + rounds) / max(rounds, 1), 4)}
+
+    # --- train
+    last_eval: dict = state.get("metrics", {}) if state else {}
+    if step == 0:
+        last_eval = evaluate()
+        tracker.log(last_eval, step=0)
+        log(f"step 0: {last_eval}")
+    t0, tokens_seen, window = time.perf_counter(), 0, []
+    while step < cfg.max_steps:
+        for g in optimizer.param_groups:
+            g["lr"] = lr_at(step)
+        step_loss, parts_sum = torch.zeros((), device=accelerator.device), {}
+        for micro in range(cfg.grad_accum):
+            b = batches.collate(batches.micro_batch(train_ex, order, step, cfg.grad_accum, world, rank, micro), t2d)
+            b = {k: v.to(accelerator.device) for k, v in b.items()}
+            with accelerator.accumulate(student):
+                logits = student(b["input_ids"], b["attention_mask"], b["sel"])
+                mask = torch.ones(len(b["sel"]), dtype=torch.bool, device=logits.device)
+                loss, parts = losses.combined_loss(logits, b.get("topk_ids"), b.get("topk_logprobs"), b["labels"], mask,
+                                                   cfg.loss, cfg.jsd_beta)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and ds_plugin is None:
+                    accelerator.clip_grad_norm_(params, cfg.grad_clip)
+                optimizer.step()
+                optimizer.zero_grad()
+            step_loss += loss.detach() / cfg.grad_accum
+            for k, v in parts.items():
+                parts_sum[k] = parts_sum.get(k, 0.0) + float(v) / cfg.grad_accum
+            tokens_seen += len(b["sel"])
+        step_loss = accelerator.reduce(step_loss, "mean")
+        if not torch.isfinite(step_loss):
+            last = checkpoints.complete(run_dir)
+            raise UserError(f"loss is {step_loss.item()} at step {step + 1}; stopped without saving. The last good "
+                            f"checkpoint is {last[0] if last else 'none (no checkpoint yet)'}; lower --lr or check the data")
+        step += 1
+        window.append(step_loss.item())
+        if step % cfg.log_every == 0 or step == cfg.max_steps:
+            dt = time.perf_counter() - t0
+            metrics = {"train/loss": round(sum(window) / len(window), 5), "train/lr": lr_at(step - 1),
+                       "train/tokens_per_s": round(tokens_seen * world / dt, 1),
+                       **{f"train/loss_{k}": round(v, 5) for k, v in parts_sum.items()}}
+            window = []
+            tracker.log(metrics, step=step)
+            log(f"step {step}: loss {metrics['train/loss']:.4f} lr {metrics['train/lr']:.2e} {metrics['train/tokens_per_s']} tok/s")
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            last_eval = evaluate()
+            tracker.log(last_eval, step=step)
+            log(f"step {step}: {last_eval}")
+        if step % cfg.save_every == 0 or step == cfg.max_steps:
+            path = checkpoints.save(accelerator, student, run_dir, step,
+                                    {"metrics": last_eval, "wandb_run_id": (tracker.run_info or {}).get("run_id")}, export)
+            if main_proc:
+                checkpoints.prune(run_dir, cfg.keep_last)
+                log(f"saved {path}")
+    tracker.finish()
+    return run_dir
+
+
+def hash_id(x: str) -> int:
+    """A stable (process-independent) hash of a prompt id."""
+    import zlib
+
+    return zlib.crc32(x.encode())
+
+
+def collect_target_layers(cfg: TrainConfig) -> int:
+    from transformers import AutoConfig
+
+    from decode.targets import resolve
+
+    return AutoConfig.from_pretrained(resolve(cfg.target)).num_hidden_layers
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Shared fixtures: tiny random HF models, a table-driven runner stub, tiny tokenizers, a chi-square helper.
+
+Tiny models are built in milliseconds from a seed, so every test builds its own and nothing is shared mutably.
+A larger `initializer_range` than HF's default makes their next-token distributions peaked: greedy outputs are
+then not decided by near-ties (robust across BLAS builds) and a draft's confidence actually varies.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from decode.runners import HFRunner
+
+TINY_VOCAB = 97
+
+
+# --- tiny random HF models ------------------------------------------------------------------------------------
+
+
+def _tiny(cls, config_cls, seed: int, vocab: int, layers: int, hidden: int, init: float, **kw):
+    defaults = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        initializer_range=init,
+    )
+    defaults.update(kw)
+    torch.manual_seed(seed)
+    return cls(config_cls(**defaults)).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """Factory: tiny_llama(seed, vocab=97, layers=2, hidden=32, init=0.5, **config overrides) -> LlamaForCausalLM."""
+
+    def make(seed: int = 0, vocab: int = TINY_VOCAB, layers: int = 2, hidden: int = 32, init: float = 0.5, **kw):
+        return _tiny(LlamaForCausalLM, LlamaConfig, seed, vocab, layers, hidden, init, **kw)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2():
+    """Factory: tiny Qwen2ForCausalLM (q/k/v projections with bias, o_proj without)."""
+
+    def make(seed: int = 0, vocab: int = TINY_VOCAB, layers: int = 2, hidden: int = 32, init: float = 0.5, **kw):
+        return _tiny(Qwen2ForCausalLM, Qwen2Config, seed, vocab, layers, hidden, init, **kw)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def noisy_copy():
+    """Factory: a copy of `model` with Gaussian noise added to every weight: a draft that agrees only partly."""
+
+    def make(model, seed: int, scale: float = 0.02):
+        import copy
+
+        draft = copy.deepcopy(model)
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in draft.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * scale)
+        if hasattr(draft, "_specdistill_fast"):
+            del draft._specdistill_fast
+        return draft
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def hf_greedy():
+    """hf_greedy(model, prompt_ids, n) -> the n new ids of transformers' own greedy generate()."""
+
+    def run(model, prompt_ids: list[int], n: int, eos_token_id=None) -> list[int]:
+        x = torch.tensor([prompt_ids])
+        with torch.inference_mode():
+            y = model.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                do_sample=False,
+                max_new_tokens=n,
+                eos_token_id=eos_token_id,
+                pad_token_id=0,
+            )
+        return y[0, len(prompt_ids) :].tolist()
+
+    return run
+
+
+@pytest.fixture
+def torch_single_thread():
+    """Tiny models spend their time in op overhead; one intra-op thread is several times faster (and restored)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# --- a runner stub whose distributions are known exactly ------------------------------------------------------
+
+
+class ListCache:
+    """The runner cache protocol (crop(-n) drops the last n positions) over a plain token list."""
+
+    def __init__(self):
+        self.tokens: list[int] = []
+
+    def crop(self, n: int) -> None:
+        assert n <= 0 and -n <= len(self.tokens)
+        del self.tokens[len(self.tokens) + n :]
+
+    def get_seq_length(self) -> int:
+        return len(self.tokens)
+
+
+class TableLM(HFRunner):
+    """A second-order Markov "language model" as a runner: logits after (a, b) are table[a, b].
+
+    Subclasses HFRunner only so that decode.runners.runner_for passes it through unchanged. The logits read the
+    context from the cache, so a cache that is rolled back wrongly changes the output distribution.
+    """
+
+    def __init__(self, vocab: int, seed: int, scale: float = 1.5):
+        g = torch.Generator().manual_seed(seed)
+        self.table = torch.randn(vocab, vocab, vocab, generator=g) * scale
+        self.device = torch.device("cpu")
+        self.config = SimpleNamespace(vocab_size=vocab)
+        self.model = None
+
+    def new_cache(self, max_len: int) -> ListCache:
+        return ListCache()
+
+    def forward(self, ids: list[int], cache: ListCache, keep: int) -> torch.Tensor:
+        cache.tokens.extend(ids)
+        c, n = cache.tokens, len(cache.tokens)
+        return torch.stack([self.table[c[i - 1], c[i]] for i in range(n - keep, n)])
+
+
+@pytest.fixture(scope="session")
+def table_lm():
+    """Factory: table_lm(vocab, seed, scale=1.5) -> TableLM runner."""
+    return TableLM
+
+
+# --- tiny tokenizers --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """Factory: a word-level PreTrainedTokenizerFast over tokens t0..t{n-1}; `swap` exchanges two ids' tokens."""
+
+    def make(n: int = TINY_VOCAB, eos: str | None = "t1", swap: tuple[int, int] | None = None):
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
+
+        names = [f"t{i}" for i in range(n)]
+        if swap:
+            a, b = swap
+            names[a], names[b] = names[b], names[a]
+        vocab = {name: i for i, name in enumerate(names)}
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", eos_token=eos)
+
+    return make
+
+
+# --- chi-square goodness of fit ---------------------------------------------------------------------------------
+
+
+def _chi2_quantile(df: int, p_upper: float) -> float:
+    try:
+        from scipy.stats import chi2
+
+        return float(chi2.isf(p_upper, df))
+    except ImportError:  # Wilson-Hilferty: accurate to a few percent for df >= 3, plenty for a threshold
+        z = {1e-3: 3.0902, 1e-4: 3.7190, 1e-5: 4.2649}[p_upper]
+        return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def chi_square(counts: torch.Tensor, probs: torch.Tensor, min_expected: float = 5.0) -> tuple[float, float]:
+    """(statistic, threshold at p = 1e-4) for observed counts against exact probabilities.
+
+    Cells whose expected count is below `min_expected` are pooled into one cell (so the chi-square
+    approximation holds); cells with zero probability but nonzero counts make the statistic infinite.
+    """
+    counts, probs = counts.double().flatten(), probs.double().flatten()
+    n = counts.sum()
+    if bool(((probs == 0) & (counts > 0)).any()):
+        return math.inf, 0.0
+    expected = probs * n
+    small = expected < min_expected
+    obs = torch.cat([counts[~small], counts[small].sum()[None]])
+    exp = torch.cat([expected[~small], expected[small].sum()[None]])
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    df = max(int(keep.sum()) - 1, 1)
+    return stat, _chi2_quantile(df, 1e-4)
+
+
+@pytest.fixture(scope="session")
+def chi2_test():
+    return chi_square
