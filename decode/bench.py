@@ -108,24 +108,26 @@ def _rate(tokens: int, seconds: float) -> float:
     return round(tokens / seconds, 3) if seconds else 0.0
 
 
-def run(cfg: BenchConfig) -> dict:
-    torch.manual_seed(cfg.seed)
-    sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
-    rows = read_prompts(cfg.prompts)
-    if cfg.limit:
-        rows = rows[: cfg.limit]
-    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
-    draft = load_draft(cfg.draft, target, tok, device=cfg.device)
+def encode_all(rows: list[dict], tok, max_new_tokens: int, max_positions: int, chat_template: bool = True) -> list[list[int]]:
     encoded = []
     for row in rows:
-        ids = encode_prompt(tok, row, cfg.chat_template)
-        check_context(len(ids), cfg.max_new_tokens, target.config.max_position_embeddings, row["id"])
+        ids = encode_prompt(tok, row, chat_template)
+        check_context(len(ids), max_new_tokens, max_positions, row["id"])
         encoded.append(ids)
+    return encoded
+
+
+def measure_pair(target, tok, draft, rows: list[dict], encoded: list[list[int]], cfg: BenchConfig,
+                 hf_assisted: bool = True, log=None) -> dict:
+    """Time target alone, our decoder and (optionally) transformers' assisted generation on the same prompts,
+    interleaved prompt by prompt after a warm-up; return the DESIGN.md result dict for this pair and γ."""
+    sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     eos = _eos_ids(target, tok)
-    do_hf = cfg.hf_assisted and draft.vocab_map is None  # plain transformers cannot use a reduced-vocab draft
+    do_hf = hf_assisted and draft.vocab_map is None  # plain transformers cannot use a reduced-vocab draft
+    device = str(target.device)
 
     def ours(ids, gamma, seed):
-        gen = torch.Generator(device=cfg.device).manual_seed(seed)
+        gen = torch.Generator(device=device).manual_seed(seed)
         return generate(target, draft.model if gamma else None, ids, cfg.max_new_tokens, gamma, cfg.schedule,
                         sampling, eos, vocab_map=draft.vocab_map, generator=gen)
 
@@ -135,7 +137,7 @@ def run(cfg: BenchConfig) -> dict:
     if do_hf:
         _hf_assisted(target, draft.model, encoded[0], cfg, sampling, 0)
 
-    # --- timed runs, interleaved prompt by prompt
+    # --- timed runs, interleaved prompt by prompt so machine noise hits all three alike
     base, spec = Stats(), Stats()
     hf = {"tokens": 0, "seconds": 0.0, "matches_target": 0}
     per_cat = defaultdict(lambda: {"prompts": 0, "base": Stats(), "spec": Stats()})
@@ -158,7 +160,8 @@ def run(cfg: BenchConfig) -> dict:
             hf["tokens"] += len(y)
             hf["seconds"] += secs
             hf["matches_target"] += int(y == ref)
-        print(f"[{i + 1}/{len(rows)}] {row['id']}: {len(out)} tokens, accepted {s1.accepted}/{s1.proposed}", file=sys.stderr)
+        if log:
+            log(f"[{i + 1}/{len(rows)}] {row['id']}: {len(out)} tokens, accepted {s1.accepted}/{s1.proposed}")
 
     # --- cost model inputs on this device, and its prediction next to the measurement
     gammas = sorted({1, 2, 3, 4, 5, 6, 8, cfg.gamma})
@@ -167,12 +170,12 @@ def run(cfg: BenchConfig) -> dict:
     alpha = spec.acceptance_rate
     speedup = (spec.new_tokens / spec.seconds) / (base.new_tokens / base.seconds)
     best_g, best_pred = costmodel.best_gamma(alpha, lat["c"], v)
-
     b, s = base.as_dict(), spec.as_dict()
-    result = {
+    hf_rate = _rate(hf["tokens"], hf["seconds"])
+    return {
         "target": cfg.target,
         "draft": cfg.draft,
-        "device": _device_name(cfg.device),
+        "device": _device_name(device),
         "dtype": str(target.dtype).replace("torch.", ""),
         "prompts": len(rows),
         "prompt_file": cfg.prompts,
@@ -183,15 +186,13 @@ def run(cfg: BenchConfig) -> dict:
         "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s")},
         "speculative": s,
         "hf_assisted": (
-            {"tokens": hf["tokens"], "seconds": round(hf["seconds"], 4), "tokens_per_s": _rate(hf["tokens"], hf["seconds"]),
+            {"tokens": hf["tokens"], "seconds": round(hf["seconds"], 4), "tokens_per_s": hf_rate,
              "outputs_matching_target": hf["matches_target"], "num_assistant_tokens": cfg.gamma,
              "assistant_confidence_threshold": DEFAULT_CONFIDENCE if cfg.schedule == "dynamic" else 0.0}
             if do_hf else None
         ),
         "speedup": round(speedup, 4),
-        "speedup_vs_hf_assisted": (
-            round(s["tokens_per_s"] / _rate(hf["tokens"], hf["seconds"]), 4) if do_hf and hf["seconds"] else None
-        ),
+        "speedup_vs_hf_assisted": round(s["tokens_per_s"] / hf_rate, 4) if do_hf and hf_rate else None,
         "lossless": lossless if sampling.greedy else None,
         "per_category": {
             name: {
@@ -215,7 +216,18 @@ def run(cfg: BenchConfig) -> dict:
             "best_gamma_predicted_speedup": round(best_pred, 4),
         },
     }
-    return result
+
+
+def run(cfg: BenchConfig) -> dict:
+    torch.manual_seed(cfg.seed)
+    rows = read_prompts(cfg.prompts)
+    if cfg.limit:
+        rows = rows[: cfg.limit]
+    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
+    draft = load_draft(cfg.draft, target, tok, device=cfg.device)
+    encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings, cfg.chat_template)
+    return measure_pair(target, tok, draft, rows, encoded, cfg, cfg.hf_assisted,
+                        log=lambda m: print(m, file=sys.stderr))
 
 
 def _device_name(device: str) -> str:

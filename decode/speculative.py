@@ -17,11 +17,13 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+
 from decode.errors import UserError
 from decode.runners import runner_for
 from decode.sampling import SamplingParams, logits_to_probs, sample
 
 SCHEDULES = ("constant", "heuristic", "dynamic")
+GREEDY = SamplingParams()
 DEFAULT_CONFIDENCE = 0.4  # dynamic schedule: stop drafting once the draft's top probability falls below this
 
 
@@ -207,7 +209,7 @@ class Schedule:
 
 @torch.inference_mode()
 def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: int = 4,
-             schedule: str = "constant", sampling: SamplingParams = SamplingParams(),
+             schedule: str = "constant", sampling: SamplingParams = GREEDY,
              eos_token_ids: tuple[int, ...] = (), stop_strings: tuple[str, ...] = (), tokenizer=None,
              vocab_map: torch.Tensor | None = None, confidence: float = DEFAULT_CONFIDENCE,
              generator: torch.Generator | None = None) -> tuple[list[int], Stats]:

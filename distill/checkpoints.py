@@ -55,9 +55,35 @@ def save(accelerator, wrapper, run_dir: Path, step: int, state: dict, export) ->
 
 
 def prune(run_dir: Path, keep_last: int) -> None:
+    """Keep the newest keep_last complete checkpoints (0 = all); drop temp folders left by a crash mid-save.
+
+    Called by the main process after save() returned on every rank, so no temp folder is still being written.
+    """
     if keep_last > 0:
         for old in complete(run_dir)[keep_last:]:
             shutil.rmtree(old, ignore_errors=True)
+    for tmp in run_dir.glob(".tmp-checkpoint-*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def unreadable(ckpt: Path) -> Path | None:
+    """The first state file in `ckpt` that does not deserialize (to name it when a checkpoint fails to load)."""
+    import torch
+    from safetensors import safe_open
+
+    for f in sorted(p for p in ckpt.rglob("*") if p.is_file() and p.relative_to(ckpt).parts[0] != "hf"):
+        try:
+            if f.suffix == ".safetensors":
+                with safe_open(str(f), "pt") as g:
+                    for k in g.keys():
+                        g.get_tensor(k)
+            elif f.suffix == ".json":
+                json.loads(f.read_text())
+            elif f.suffix in (".bin", ".pt", ".pkl"):
+                torch.load(f, map_location="cpu", weights_only=False)
+        except Exception:  # whatever a torn file raises, it is the culprit
+            return f
+    return None
 
 
 def resume(accelerator, run_dir: Path) -> dict | None:
@@ -68,8 +94,10 @@ def resume(accelerator, run_dir: Path) -> dict | None:
             accelerator.load_state(str(ckpt))
             return {**state, "path": str(ckpt)}
         except Exception as e:  # a torn or corrupt file raises many types; name it and fall back
-            culprit = getattr(e, "filename", None) or str(e).splitlines()[0][:200]
-            print(f"warning: checkpoint {ckpt} does not load ({culprit}); falling back to the previous one", file=sys.stderr)
+            reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            culprit = getattr(e, "filename", None) or unreadable(ckpt)
+            what = f"{culprit} is unreadable ({reason})" if culprit else f"it does not load ({reason})"
+            print(f"warning: checkpoint {ckpt} skipped: {what}; falling back to the previous one", file=sys.stderr)
     if complete(run_dir) or any(run_dir.glob("checkpoint-*")):
         raise UserError(f"no checkpoint in {run_dir} loads; delete the broken ones (or the run dir) to start over")
     return None

@@ -1,7 +1,7 @@
 """Collect: run the target on prompts and store its outputs with top-k logprobs, resumably, in shards.
 
     python -m distill.collect --config configs/collect/default.yaml [--key value ...]
-    accelerate launch --num_processes 2 -m distill.collect --config ...      # each rank takes its share
+    accelerate launch --config_file configs/accelerate/ddp.yaml -m distill.collect --config ...  # each rank its share
     python -m distill.collect --mode score --prompts chats.jsonl ...        # teacher-force given responses
     python -m distill.collect --generator runs/train/checkpoint-400/hf ...  # on-policy: draft writes, target scores
 
@@ -124,6 +124,7 @@ def run(cfg: CollectConfig, argv: list[str] | None = None) -> dict | None:
     configlib.save(cfg, out / "collect.config.json")
 
     rank, world = _rank_world(cfg)
+    shards.clean_temp(out, f"r{rank:03d}-")  # a kill mid-write leaves this rank's temp folder behind
     done = shards.done_ids(out)
     mine = [r for i, r in enumerate(rows) if i % world == rank and r["id"] not in done]
     mine.sort(key=lambda r: -len(r["prompt_ids"]))  # similar lengths share a batch: little padding
@@ -136,7 +137,7 @@ def run(cfg: CollectConfig, argv: list[str] | None = None) -> dict | None:
         generator_model, gvocab = d.model, DraftVocab(d.vocab_map, vocab)
     source = "score" if cfg.mode == "score" else ("on_policy" if cfg.generator else "target")
 
-    bar = tqdm(total=len(mine), desc=f"collect[{rank}/{world}]", unit="prompt", disable=None)
+    bar = tqdm(total=len(mine), desc=f"collect[{rank}/{world}]", unit="prompt", mininterval=5)
     tokens, seconds = 0, 0.0
     for start in range(0, len(mine), cfg.batch_size):
         batch = mine[start: start + cfg.batch_size]

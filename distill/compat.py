@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from decode.targets import VOCAB_MAP_FILE, check_tokenizers
 from decode.errors import UserError
+from decode.targets import VOCAB_MAP_FILE, check_tokenizers
 
 # Decoder-only architectures vLLM serves (a subset of vllm/model_executor/models/registry.py): the families a
 # draft cut from or distilled for a common target will have. A draft is loaded by vLLM through this name.

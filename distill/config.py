@@ -34,6 +34,21 @@ def _kind(tp) -> str:
     return "yaml"  # lists, dicts: parsed as YAML, e.g. --layers "[0, 29]" or --loss "{fkl: 1.0}"
 
 
+def _shape(tp, value, name: str):
+    """A single value given for a list field becomes a one-item list; a dict field must get a mapping."""
+    base = typing.get_origin(tp) or tp
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        kinds = [typing.get_origin(a) or a for a in typing.get_args(tp) if a is not type(None)]
+        if len(kinds) != 1:
+            return value
+        base = kinds[0]
+    if base is list and value is not None and not isinstance(value, list):
+        return [value]
+    if base is dict and not isinstance(value, dict):
+        raise UserError(f"--{name.replace('_', '-')} expects a mapping such as '{{key: value}}', got {value!r}")
+    return value
+
+
 def _convert(kind: str, text):
     if not isinstance(text, str):
         return text
@@ -56,6 +71,8 @@ def parse(cls, argv=None, doc: str | None = None):
     if presets:
         p.add_argument("--preset", choices=sorted(presets), help="a named set of overrides applied before the YAML")
     for name, f in fields.items():
+        if name == "preset" and presets:
+            continue  # a `preset` field is set by the --preset flag above
         kind = _kind(hints[name])
         default = f.default if f.default is not dataclasses.MISSING else "(computed)"
         help_text = f"{f.metadata.get('help', '')} [default: {default}]"
@@ -74,9 +91,12 @@ def parse(cls, argv=None, doc: str | None = None):
     for name in fields:
         if name in args:
             try:
-                values[name] = _convert(_kind(hints[name]), args[name])
+                text = args[name]
+                is_list = (typing.get_origin(hints[name]) or hints[name]) is list
+                values[name] = text if is_list and not text.lstrip().startswith("[") else _convert(_kind(hints[name]), text)
             except (ValueError, yaml.YAMLError) as e:
                 raise UserError(f"--{name.replace('_', '-')}: cannot parse {args[name]!r} ({e})") from None
+    values = {k: _shape(hints[k], v, k) for k, v in values.items()}
     if "preset" in fields and args.get("preset"):
         values["preset"] = args["preset"]
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -49,20 +49,27 @@ class DraftDesign:
             raise UserError(f"layers={self.layers}: indices must be distinct and within 0..{n_target - 1} (the target has {n_target} layers)")
         return idx
 
+    def widths(self, tc) -> dict:
+        """The draft's widths for target config `tc`: unset ones are the target's, except that unset KV heads
+        are min(target's KV heads, the draft's heads) (so narrowing the heads keeps grouped-query attention)."""
+        heads = self.num_attention_heads or tc.num_attention_heads
+        t_kv = getattr(tc, "num_key_value_heads", None) or tc.num_attention_heads
+        return {"hidden_size": self.hidden_size or tc.hidden_size,
+                "intermediate_size": self.intermediate_size or tc.intermediate_size,
+                "num_attention_heads": heads, "num_key_value_heads": self.num_key_value_heads or min(t_kv, heads)}
+
     def check(self, tc) -> None:
         """Reject designs that are impossible for target config `tc`, naming the problem."""
         self.layer_indices(tc.num_hidden_layers)
         if self.init not in ("target_layers", "prune", "random") and not str(self.init).startswith("pretrained:"):
             raise UserError(f"init={self.init!r}: use target_layers, prune, random or pretrained:PATH")
-        h = self.hidden_size or tc.hidden_size
-        heads = self.num_attention_heads or tc.num_attention_heads
-        kv = self.num_key_value_heads or (tc.num_key_value_heads if self.num_attention_heads is None else heads)
+        widths = self.widths(tc)
+        h, heads, kv = widths["hidden_size"], widths["num_attention_heads"], widths["num_key_value_heads"]
         if heads % kv:
-            raise UserError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}")
+            raise UserError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}; "
+                            "set --num-key-value-heads to a divisor of it")
         if self.init == "random" and h % heads:
             raise UserError(f"hidden_size={h} is not divisible by num_attention_heads={heads}")
-        widths = {"hidden_size": h, "intermediate_size": self.intermediate_size or tc.intermediate_size,
-                  "num_attention_heads": heads, "num_key_value_heads": kv}
         if self.init == "target_layers":
             changed = [k for k, v in widths.items() if v != getattr(tc, k)]
             if changed:
@@ -71,6 +78,10 @@ class DraftDesign:
             wider = [k for k, v in widths.items() if v > getattr(tc, k)]
             if wider:
                 raise UserError(f"init=prune can only narrow the target: {wider} exceed the target's")
+            t_group = tc.num_attention_heads // (getattr(tc, "num_key_value_heads", None) or tc.num_attention_heads)
+            if heads // kv > t_group:
+                raise UserError(f"init=prune: {heads} heads over {kv} KV heads needs {heads // kv} query heads per KV "
+                                f"group; the target has {t_group}")
         if self.vocab != "full":
             if not isinstance(self.vocab, int) or not 1 < self.vocab <= tc.vocab_size:
                 raise UserError(f"vocab={self.vocab!r}: use 'full' or a size between 2 and the target's {tc.vocab_size}")
@@ -117,7 +128,7 @@ def frequent_tokens(sequences, n: int, always: list[int]) -> list[int]:
     counts = Counter()
     for seq in sequences:
         counts.update(seq)
-    keep = [t for t in always if t is not None]
+    keep = list(dict.fromkeys(t for t in always if t is not None))  # e.g. EOS and PAD are often the same id
     for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         if len(keep) >= n:
             break
@@ -135,17 +146,13 @@ def frequent_tokens(sequences, n: int, always: list[int]) -> list[int]:
 def _prune(target, layers: list[int], design: DraftDesign, imp: dict):
     tc = target.config
     hd = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
-    H = design.hidden_size or tc.hidden_size
-    I = design.intermediate_size or tc.intermediate_size
-    nh = design.num_attention_heads or tc.num_attention_heads
-    nkv = design.num_key_value_heads or min(tc.num_key_value_heads, nh)
+    w = design.widths(tc)  # checked by design.check: narrower than the target, whole KV groups
+    H, inter, nh, nkv = w["hidden_size"], w["intermediate_size"], w["num_attention_heads"], w["num_key_value_heads"]
     group_t, group_d = tc.num_attention_heads // tc.num_key_value_heads, nh // nkv
-    if group_d > group_t:
-        raise UserError(f"prune: {nh} heads over {nkv} KV heads needs {group_d} query heads per group; the target has {group_t}")
     top = lambda x, k: torch.topk(torch.as_tensor(x, dtype=torch.float32), k).indices.sort().values  # noqa: E731
     hk = top(imp["hidden"], H)
     cfg = AutoConfig.for_model(**tc.to_dict())
-    cfg.update(dict(num_hidden_layers=len(layers), hidden_size=H, intermediate_size=I, num_attention_heads=nh,
+    cfg.update(dict(num_hidden_layers=len(layers), hidden_size=H, intermediate_size=inter, num_attention_heads=nh,
                     num_key_value_heads=nkv, head_dim=hd))
     if getattr(cfg, "layer_types", None):
         cfg.layer_types = [tc.layer_types[i] for i in layers]
@@ -157,7 +164,7 @@ def _prune(target, layers: list[int], design: DraftDesign, imp: dict):
     sd["model.norm.weight"] = src["model.norm.weight"][hk]
     for d, s in enumerate(layers):
         p, q = f"model.layers.{s}.", f"model.layers.{d}."
-        fk = top(imp["ffn"][s], I)
+        fk = top(imp["ffn"][s], inter)
         head_imp = torch.as_tensor(imp["heads"][s]).view(tc.num_key_value_heads, group_t)
         kv_keep = top(head_imp.sum(1), nkv)
         q_heads = torch.cat([g * group_t + top(head_imp[g], group_d) for g in kv_keep.tolist()])
@@ -223,8 +230,7 @@ def build_draft(design: DraftDesign, target, tokenizer, sequences=None, seed: in
         draft = _prune(target, layers, design, importance(target, sequences[:32]))
     elif design.init == "random":
         cfg = AutoConfig.for_model(**tc.to_dict())
-        cfg.update({k: v for k, v in asdict(design).items()
-                    if k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads") and v})
+        cfg.update(design.widths(tc))
         cfg.num_hidden_layers = len(layers)
         cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
         draft = AutoModelForCausalLM.from_config(cfg, dtype=target.dtype)

@@ -72,6 +72,13 @@ def shard_dirs(out: Path) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")) if d.is_dir() else []
 
 
+def clean_temp(out: Path, prefix: str) -> None:
+    """Remove temp shard folders starting with `prefix` (only this rank's: other ranks may be writing theirs)."""
+    d = out / "shards"
+    for p in d.glob(f".{prefix}*") if d.is_dir() else []:
+        shutil.rmtree(p, ignore_errors=True)
+
+
 def done_ids(out: Path) -> set[str]:
     ids: set[str] = set()
     for s in shard_dirs(out):

@@ -135,6 +135,14 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
     set_seed(cfg.seed)
 
     # --- data: collected by the same target and tokenizer
+    ds_plugin = accelerator.state.deepspeed_plugin
+    zero3 = ds_plugin is not None and ds_plugin.zero_stage == 3
+    if zero3:  # accelerate registers its ZeRO-3 config with transformers, which then builds every model
+        # partitioned (zero.Init) even with zero3_init_flag false; the draft is copied from the whole target,
+        # so build both as plain models (prepare() partitions the draft) and restore the config after
+        from transformers.integrations import unset_hf_deepspeed_config
+
+        unset_hf_deepspeed_config()
     target, tok = load_target(cfg.target, "float32", str(accelerator.device))
     info = collect_info(cfg.data)
     if info.get("tokenizer") != tokenizer_fingerprint(tok):
@@ -166,6 +174,8 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
         apply_freeze(draft, design.freeze)
     if cfg.gradient_checkpointing:
         draft.gradient_checkpointing_enable()
+    if zero3:
+        ds_plugin.set_deepspeed_weakref()
     card = describe(draft)
     log(f"draft: {card['layers']} layers x {card['hidden_size']} wide, vocab {card['vocab_size']}, "
         f"{card['params'] / 1e6:.1f}M params ({card['trainable_params'] / 1e6:.1f}M trainable), "
@@ -192,7 +202,6 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
     student = Student(draft)
     params = [p for p in student.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    ds_plugin = accelerator.state.deepspeed_plugin
     if ds_plugin is not None:
         ds_plugin.deepspeed_config["gradient_accumulation_steps"] = cfg.grad_accum
         ds_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.batch_size
@@ -287,7 +296,8 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
         last_eval = evaluate()
         tracker.log(last_eval, step=0)
         log(f"step 0: {last_eval}")
-    t0, tokens_seen, window = time.perf_counter(), 0, []
+    # the logging window is saved with each checkpoint, so a resumed run logs the same averages
+    t0, tokens_seen, window = time.perf_counter(), 0, list(state.get("window", [])) if state else []
     while step < cfg.max_steps:
         for g in optimizer.param_groups:
             g["lr"] = lr_at(step)
@@ -309,18 +319,23 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
             for k, v in parts.items():
                 parts_sum[k] = parts_sum.get(k, 0.0) + float(v) / cfg.grad_accum
             tokens_seen += len(b["sel"])
-        step_loss = accelerator.reduce(step_loss, "mean")
+        # the loss and its parts, averaged over ranks (one collective for all of them)
+        names = list(parts_sum)
+        reduced = accelerator.reduce(torch.stack([step_loss, *(torch.tensor(float(parts_sum[k]), device=step_loss.device)
+                                                               for k in names)]), "mean")
+        step_loss = reduced[0]
         if not torch.isfinite(step_loss):
             last = checkpoints.complete(run_dir)
             raise UserError(f"loss is {step_loss.item()} at step {step + 1}; stopped without saving. The last good "
                             f"checkpoint is {last[0] if last else 'none (no checkpoint yet)'}; lower --lr or check the data")
         step += 1
-        window.append(step_loss.item())
+        window.append(dict(zip(["loss", *names], reduced.tolist())))
         if step % cfg.log_every == 0 or step == cfg.max_steps:
             dt = time.perf_counter() - t0
-            metrics = {"train/loss": round(sum(window) / len(window), 5), "train/lr": lr_at(step - 1),
+            mean = {k: sum(w[k] for w in window) / len(window) for k in window[0]}  # over the logging window
+            metrics = {"train/loss": round(mean.pop("loss"), 5), "train/lr": lr_at(step - 1),
                        "train/tokens_per_s": round(tokens_seen * world / dt, 1),
-                       **{f"train/loss_{k}": round(v, 5) for k, v in parts_sum.items()}}
+                       **{f"train/loss_{k}": round(v, 5) for k, v in mean.items()}}
             window = []
             tracker.log(metrics, step=step)
             log(f"step {step}: loss {metrics['train/loss']:.4f} lr {metrics['train/lr']:.2e} {metrics['train/tokens_per_s']} tok/s")
@@ -330,7 +345,8 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
             log(f"step {step}: {last_eval}")
         if step % cfg.save_every == 0 or step == cfg.max_steps:
             path = checkpoints.save(accelerator, student, run_dir, step,
-                                    {"metrics": last_eval, "wandb_run_id": (tracker.run_info or {}).get("run_id")}, export)
+                                    {"metrics": last_eval, "window": window, "wandb_run_id": (tracker.run_info or {}).get("run_id")},
+                                    export)
             if main_proc:
                 checkpoints.prune(run_dir, cfg.keep_last)
                 log(f"saved {path}")

@@ -215,3 +215,65 @@ def chi_square(counts: torch.Tensor, probs: torch.Tensor, min_expected: float = 
 @pytest.fixture(scope="session")
 def chi2_test():
     return chi_square
+
+
+# --- a tiny target with the real default tokenizer, and data collected from it (distill tests) -----------------
+
+
+@pytest.fixture(scope="session")
+def tiny_collected(tmp_path_factory):
+    """A saved random LlamaForCausalLM (4 layers x 64 wide, the default tokenizer's 49,152 vocabulary, tied head)
+    and greedy data collected from it (top-8 logprobs, 12 new tokens a prompt).
+
+    SimpleNamespace(target, data (24 prompts), heldout (8 prompts), tokenizer); paths are str.
+    """
+    import json
+
+    from transformers import GenerationConfig
+
+    from decode.targets import load_tokenizer
+    from distill.collect import CollectConfig, run
+
+    root = tmp_path_factory.mktemp("tiny_collected")
+    tok = load_tokenizer("default")
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        initializer_range=0.3,  # peaked next-token distributions: greedy outputs not decided by near-ties
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
+    target = root / "target"
+    model.save_pretrained(target)
+    tok.save_pretrained(target)
+
+    topics = ["the sea", "a red bicycle", "prime numbers", "bread", "the moon", "Python lists", "rain", "chess"]
+    asks = ["Write a short poem about {}.", "Explain {} to a child.", "List three facts about {}."]
+    train = [{"id": f"t{i}", "category": "chat", "messages": [{"role": "user", "content": a.format(t)}]}
+             for i, (a, t) in enumerate((a, t) for a in asks for t in topics)]
+    heldout = [{"id": f"h{i}", "category": "qa", "prompt": f"Question {i}: what is {i} times {i + 1}?"} for i in range(8)]
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: op overhead dominates, one thread is faster on a busy box
+    try:
+        out = {}
+        for name, rows in (("data", train), ("heldout", heldout)):
+            prompts = root / f"{name}.jsonl"
+            prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            out[name] = str(root / name)
+            run(CollectConfig(target=str(target), prompts=str(prompts), output=out[name], max_new_tokens=12, topk=8,
+                              batch_size=8))
+    finally:
+        torch.set_num_threads(n_threads)
+    return SimpleNamespace(target=str(target), data=out["data"], heldout=out["heldout"], tokenizer=tok)

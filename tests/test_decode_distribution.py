@@ -1,7 +1,7 @@
 """Speculative *sampling* is lossless in distribution: its output is distributed as the target's own sampling.
 
 The target and draft are small language models whose next-token distributions can be enumerated exactly over
-a tiny vocabulary. Thousands of generate() samples (fixed seeds, so the test is deterministic) are compared with
+a tiny vocabulary. A few thousand generate() samples (fixed seeds, so the test is deterministic) are compared with
 a chi-square test to the exact joint distribution of the first tokens, computed from the target's logits alone.
 Two deliberately broken samplers must fail the same test, so a pass means something.
 """
@@ -71,7 +71,7 @@ def pair(table_lm):
 def test_speculative_sampling_matches_target_distribution(pair, sampling, schedule, chi2_test):
     target, draft = pair
     want = exact_joint(target, sampling)
-    counts = sample_joint(target, draft, sampling, 12000, seed=1, schedule=schedule)
+    counts = sample_joint(target, draft, sampling, 4000, seed=1, schedule=schedule)
     stat, threshold = chi2_test(counts, want)
     assert stat < threshold, (stat, threshold)
     # each marginal as well (a sharper test of a single position)
@@ -85,7 +85,7 @@ def test_target_alone_sampling_matches_exact_distribution(pair, chi2_test):
     """The reference itself: generate(draft=None) samples the enumerated distribution."""
     target, _ = pair
     sampling = SamplingParams(temperature=1.0)
-    counts = sample_joint(target, None, sampling, 6000, seed=2)
+    counts = sample_joint(target, None, sampling, 3000, seed=2)
     stat, threshold = chi2_test(counts, exact_joint(target, sampling))
     assert stat < threshold, (stat, threshold)
 
@@ -96,7 +96,7 @@ def test_reduced_vocabulary_draft_sampling_matches_target_distribution(table_lm,
     draft = table_lm(5, seed=3)
     vocab_map = torch.tensor([0, 2, 3, 5, 6])
     sampling = SamplingParams(temperature=1.0)
-    counts = sample_joint(target, draft, sampling, 8000, seed=3, vocab_map=vocab_map)
+    counts = sample_joint(target, draft, sampling, 4000, seed=3, vocab_map=vocab_map)
     stat, threshold = chi2_test(counts, exact_joint(target, sampling))
     assert stat < threshold, (stat, threshold)
 
@@ -106,7 +106,7 @@ def test_tiny_llama_sampling_matches_target_distribution(tiny_llama, chi2_test):
     target = tiny_llama(0, vocab=VOCAB, layers=1, hidden=16, init=0.8)
     draft = tiny_llama(1, vocab=VOCAB, layers=1, hidden=16, init=0.8)
     sampling = SamplingParams(temperature=1.0)
-    counts = sample_joint(spec.runner_for(target), spec.runner_for(draft), sampling, 3000, seed=4)
+    counts = sample_joint(spec.runner_for(target), spec.runner_for(draft), sampling, 1500, seed=4)
     want = exact_joint(spec.runner_for(target), sampling)
     stat, threshold = chi2_test(counts, want)
     assert stat < threshold, (stat, threshold)
@@ -133,7 +133,7 @@ def test_broken_sampler_fails_the_chi_square_test(pair, broken, monkeypatch, chi
     sampling = SamplingParams(temperature=1.0)
     want = exact_joint(target, sampling)
     monkeypatch.setattr(spec, "accept_sampled", broken)
-    counts = sample_joint(target, draft, sampling, 12000, seed=1)
+    counts = sample_joint(target, draft, sampling, 3000, seed=1)
     stat, threshold = chi2_test(counts, want)
     assert stat > 2 * threshold, (stat, threshold)
 
@@ -141,6 +141,6 @@ def test_broken_sampler_fails_the_chi_square_test(pair, broken, monkeypatch, chi
 def test_exact_joint_is_a_distribution(pair):
     target, _ = pair
     joint = exact_joint(target, SamplingParams(temperature=0.8, top_k=5, top_p=0.9))
-    assert abs(float(joint.sum()) - 1) < 1e-9
+    assert abs(float(joint.sum()) - 1) < 1e-6
     # top_k=5 leaves at most 5 tokens at every position
     assert int((joint.sum((1, 2)) > 0).sum()) <= 5

@@ -1,0 +1,175 @@
+"""Evaluate drafts inside the bundled decoder: α, τ, tokens/s and speedup over the target alone, the cost
+model's prediction next to the measurement, per prompt category, plus the anchors users compare against.
+
+    python -m distill.evaluate --run runs/train-default            # every checkpoint of a training run
+    python -m distill.evaluate --drafts D1 D2 --gamma "[2, 4, 6]"   # any drafts, several γ
+
+Writes EVAL_DIR/report.json (one entry per draft × γ, DESIGN.md result schema), report.md and PNG plots.
+Anchors, under the same settings: the target alone (in every entry), transformers' assisted generation with
+the same draft, transformers' prompt-lookup decoding, and an untrained draft cut from the same target layers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from decode.bench import BenchConfig, _eos_ids, encode_all, measure_pair
+from decode.errors import UserError
+from decode.targets import load_draft, load_target
+from distill import checkpoints, plots, report
+from distill import config as configlib
+from distill.prompts import load_prompts, resolve
+
+
+@dataclass
+class EvalConfig:
+    target: str = field(default="default", metadata={"help": "target model"})
+    run: str | None = field(default=None, metadata={"help": "training run dir: evaluate every checkpoint"})
+    drafts: list = field(default_factory=list, metadata={"help": "draft folders (or layers:0,29) to evaluate"})
+    prompts: str = field(default="heldout", metadata={"help": "prompts (default: the bundled held-out set)"})
+    categories: list = field(default_factory=list, metadata={"help": "only these prompt categories"})
+    limit: int = field(default=0, metadata={"help": "first N prompts (0 = all)"})
+    max_new_tokens: int = field(default=64, metadata={"help": "tokens per prompt"})
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy (lossless is checked)"})
+    gamma: int | list = field(default=4, metadata={"help": "γ, or a list of γ to sweep"})
+    schedule: str = field(default="constant", metadata={"help": "constant | heuristic | dynamic"})
+    output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
+    anchors: bool = field(default=True, metadata={"help": "also HF assisted, prompt lookup, untrained layer cut"})
+    report_to: str = field(default="none", metadata={"help": "wandb | none"})
+    wandb_project: str = field(default="specdistill", metadata={"help": "W&B project"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    device: str = field(default="cpu", metadata={"help": "cpu | cuda"})
+    dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16"})
+
+    def __post_init__(self):
+        gammas = self.gammas()
+        if not gammas or min(gammas) < 1:
+            raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
+        if not self.run and not self.drafts:
+            raise UserError("give --run RUN_DIR (every checkpoint) or --drafts D1 D2 ...")
+
+    def gammas(self) -> list[int]:
+        return [int(g) for g in (self.gamma if isinstance(self.gamma, list) else [self.gamma])]
+
+
+def drafts_of_run(run: Path) -> list[tuple[str, int]]:
+    """(hf folder, step) of every complete checkpoint, oldest first."""
+    found = [(str(c / "hf"), int(c.name.split("-")[1])) for c in reversed(checkpoints.complete(run)) if (c / "hf").is_dir()]
+    return found
+
+
+def _meta(spec: str) -> dict:
+    p = Path(spec) / "specdistill.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _label(spec: str, step: int | None) -> str:
+    if spec.startswith("layers:"):
+        return f"untrained {spec}"
+    p = Path(spec)
+    return f"step {step}" if step is not None else (p.parent.name if p.name == "hf" else p.name)
+
+
+def prompt_lookup(target, tok, rows, encoded, cfg: EvalConfig, gamma: int) -> dict:
+    """transformers' prompt-lookup decoding against the target alone (both HF generate), interleaved."""
+    eos = _eos_ids(target, tok)
+    base = pld = 0.0
+    tokens_b = tokens_p = same = 0
+
+    def hf(ids, **kw):
+        x = torch.tensor([ids], device=target.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            y = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=cfg.max_new_tokens, do_sample=False,
+                                eos_token_id=list(eos), **kw)
+        return y[0, len(ids):].tolist(), time.perf_counter() - t0
+
+    hf(encoded[0])
+    hf(encoded[0], prompt_lookup_num_tokens=gamma)
+    for ids in encoded:
+        a, ta = hf(ids)
+        b, tb = hf(ids, prompt_lookup_num_tokens=gamma)
+        base, pld, tokens_b, tokens_p, same = base + ta, pld + tb, tokens_b + len(a), tokens_p + len(b), same + (a == b)
+    return {"method": "transformers prompt_lookup_num_tokens", "gamma": gamma,
+            "hf_target_alone_tokens_per_s": round(tokens_b / base, 3), "tokens_per_s": round(tokens_p / pld, 3),
+            "speedup_vs_hf_target_alone": round((tokens_p / pld) / (tokens_b / base), 4),
+            "outputs_matching_target": same, "prompts": len(encoded)}
+
+
+def run(cfg: EvalConfig, argv: list[str] | None = None) -> dict:
+    out = Path(cfg.output or (Path(cfg.run) / "eval" if cfg.run else "runs/eval"))
+    out.mkdir(parents=True, exist_ok=True)
+    rows = load_prompts(cfg.prompts, categories=cfg.categories or None, limit=cfg.limit)
+    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
+    encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
+
+    todo: list[tuple[str, int | None]] = []
+    errors: list[dict] = []
+    if cfg.run:
+        found = drafts_of_run(Path(cfg.run))
+        if not found:
+            errors.append({"draft": cfg.run, "error": f"no complete checkpoints in {cfg.run} (nothing to evaluate there)"})
+            print(f"warning: {errors[-1]['error']}", file=sys.stderr)
+        todo += found
+    todo += [(d, None) for d in cfg.drafts]
+    if cfg.anchors:  # the self-speculative baseline: the same target layers, untrained
+        layers = next((m["design"]["layers"] for d, _ in todo if (m := _meta(d)).get("design")), None)
+        if isinstance(layers, list):
+            todo.append(("layers:" + ",".join(map(str, layers)), None))
+
+    entries = []
+    for spec, step in todo:
+        try:
+            draft = load_draft(spec, target, tok, device=cfg.device)
+        except (UserError, OSError, ValueError) as e:
+            errors.append({"draft": spec, "error": str(e)})
+            print(f"warning: draft {spec} skipped: {e}", file=sys.stderr)
+            continue
+        for g in cfg.gammas():
+            bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
+                               gamma=g, schedule=cfg.schedule, temperature=cfg.temperature, seed=cfg.seed,
+                               device=cfg.device, dtype=cfg.dtype)
+            print(f"evaluating {spec} at γ={g} on {len(rows)} prompts", file=sys.stderr)
+            e = measure_pair(target, tok, draft, rows, encoded, bcfg, hf_assisted=cfg.anchors)
+            meta = _meta(spec)
+            e.update(label=_label(spec, step), step=step if step is not None else meta.get("step"),
+                     design=meta.get("design"), trained=not spec.startswith("layers:"))
+            entries.append(e)
+        del draft
+
+    anchors = {}
+    if cfg.anchors:
+        anchors["prompt_lookup"] = prompt_lookup(target, tok, rows, encoded, cfg, max(cfg.gammas()))
+    result = {"target": cfg.target, "prompts": len(rows), "prompt_set": cfg.prompts, "config": asdict(cfg),
+              "command": "python -m distill.evaluate " + " ".join(argv or []),
+              "entries": entries, "anchors": anchors, "errors": errors}
+    result["best"] = report.best(entries)
+    (out / "report.json").write_text(json.dumps(result, indent=2) + "\n")
+    pngs = [p for p in (plots.by_step(entries, out / "acceptance_by_step.png"), plots.by_gamma(entries, out / "speedup_by_gamma.png"),
+                        plots.design_map(entries, out / "design_map.png")) if p]
+    (out / "report.md").write_text(report.markdown(result, [p.name for p in pngs]))
+    if cfg.report_to == "wandb":
+        report.log_wandb(result, pngs, cfg.wandb_project, out)
+    result["output"] = str(out)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = configlib.parse(EvalConfig, argv, __doc__)
+        result = run(cfg, argv)
+    except UserError as e:
+        sys.exit(f"error: {e}")
+    print(report.headline(result))
+    print(json.dumps({k: result[k] for k in ("output", "best", "errors")}))
+
+
+if __name__ == "__main__":
+    main()

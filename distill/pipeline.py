@@ -1,0 +1,119 @@
+"""The main job: collect -> train -> evaluate -> report, on one target, with one command.
+
+    python -m distill.pipeline --config configs/pipeline/default.yaml
+    python -m distill.pipeline --config configs/pipeline/default.yaml --preset quick     # a first look in minutes
+
+Each stage writes under --output and resumes: rerunning the same command skips finished collection,
+continues training from its last checkpoint, and re-evaluates. Stage settings are the stages' own configs
+(`collect`, `heldout`, `train`, `evaluate` mappings in the YAML override distill.collect / distill.train /
+distill.evaluate defaults); the pipeline only wires their inputs and outputs together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from decode.errors import UserError
+from distill import collect, evaluate, train
+from distill import config as configlib
+from distill.report import headline
+
+
+@dataclass
+class PipelineConfig:
+    target: str = field(default="default", metadata={"help": "target model (every stage)"})
+    output: str = field(default="runs/pipeline", metadata={"help": "root folder of all stage outputs"})
+    collect: dict = field(default_factory=dict, metadata={"help": "distill.collect overrides for the training data"})
+    heldout: dict = field(default_factory=dict, metadata={"help": "distill.collect overrides for held-out data (proxy)"})
+    train: dict = field(default_factory=dict, metadata={"help": "distill.train overrides"})
+    evaluate: dict = field(default_factory=dict, metadata={"help": "distill.evaluate overrides"})
+    accelerate_config: str | None = field(default=None, metadata={"help": "train under `accelerate launch` with this config"})
+    preset: str | None = field(default=None, metadata={"help": "quick = a small first look"})
+
+    PRESETS = {
+        "quick": {
+            "collect": {"limit": 96, "max_new_tokens": 48},
+            "heldout": {"limit": 24, "max_new_tokens": 48},
+            "train": {"max_steps": 40, "eval_every": 20, "save_every": 20},
+            "evaluate": {"limit": 8, "max_new_tokens": 32},
+        }
+    }
+
+
+def _stage(cls, base: dict, overrides: dict, name: str):
+    valid = {f.name for f in fields(cls)}
+    unknown = sorted(set(overrides) - valid)
+    if unknown:
+        raise UserError(f"pipeline `{name}` section: unknown option(s) {unknown}; valid: {sorted(valid)}")
+    return cls(**{**base, **overrides})
+
+
+def _merge(cfg: PipelineConfig) -> dict:
+    """Preset values under the YAML's own (the YAML and flags win)."""
+    p = PipelineConfig.PRESETS.get(cfg.preset or "", {})
+    return {k: {**p.get(k, {}), **getattr(cfg, k)} for k in ("collect", "heldout", "train", "evaluate")}
+
+
+def run(cfg: PipelineConfig, argv: list[str]) -> dict:
+    out = Path(cfg.output)
+    out.mkdir(parents=True, exist_ok=True)
+    configlib.save(cfg, out / "pipeline.config.json")
+    s = _merge(cfg)
+    timings = {}
+
+    t0 = time.perf_counter()
+    print(f"== collect: target outputs on the train prompts -> {out / 'collect'}", flush=True)
+    c = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "train", "output": str(out / "collect")}, s["collect"], "collect")
+    collect.run(c, ["--config", str(out / "pipeline.config.json")])
+    print(f"== collect: held-out outputs for the acceptance proxy -> {out / 'heldout'}", flush=True)
+    h = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "heldout", "output": str(out / "heldout"),
+                                       "max_new_tokens": c.max_new_tokens, "topk": c.topk}, s["heldout"], "heldout")
+    collect.run(h, [])
+    timings["collect_s"] = round(time.perf_counter() - t0, 1)
+
+    t0 = time.perf_counter()
+    print(f"== train -> {out / 'train'}", flush=True)
+    t = _stage(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output, "output": str(out / "train")},
+               s["train"], "train")
+    if cfg.accelerate_config:
+        yaml_path = out / "train.yaml"
+        import yaml
+
+        yaml_path.write_text(yaml.safe_dump(configlib.to_dict(t)))
+        cmd = ["accelerate", "launch", "--config_file", cfg.accelerate_config, str(Path(train.__file__)), "--config", str(yaml_path)]
+        print("   " + " ".join(cmd), flush=True)
+        if subprocess.run(cmd, env=os.environ.copy()).returncode != 0:
+            raise UserError("training failed (see its output above); rerun the same command to resume it")
+    else:
+        train.train(t, ["--config", str(out / "pipeline.config.json")])
+    timings["train_s"] = round(time.perf_counter() - t0, 1)
+
+    t0 = time.perf_counter()
+    print(f"== evaluate -> {out / 'eval'}", flush=True)
+    e = _stage(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")}, s["evaluate"], "evaluate")
+    result = evaluate.run(e, ["--run", t.output])
+    timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
+    summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"), "timings": timings}
+    (out / "pipeline.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(headline(result))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = configlib.parse(PipelineConfig, argv, __doc__)
+        summary = run(cfg, argv)
+    except UserError as e:
+        sys.exit(f"error: {e}")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

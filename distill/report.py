@@ -1,0 +1,87 @@
+"""Turning an evaluation result into what people read: report.md, a headline, W&B tables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def best(entries: list[dict]) -> dict | None:
+    """The trained entry with the highest measured speedup (any entry if none is trained)."""
+    pool = [e for e in entries if e.get("trained")] or entries
+    if not pool:
+        return None
+    e = max(pool, key=lambda x: x["speedup"])
+    return {"draft": e["draft"], "label": e["label"], "gamma": e["gamma"], "speedup": e["speedup"],
+            "acceptance_rate": e["speculative"]["acceptance_rate"], "tau": e["speculative"]["tau"],
+            "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
+            "speedup_vs_hf_assisted": e["speedup_vs_hf_assisted"]}
+
+
+def headline(result: dict) -> str:
+    b = result.get("best")
+    if not b:
+        return f"no draft evaluated; see {result.get('output')}/report.md"
+    return (f"best draft {b['draft']} (γ={b['gamma']}): speedup {b['speedup']}x over the target alone "
+            f"(cost model predicted {b['predicted_speedup']}x), α={b['acceptance_rate']}, τ={b['tau']}, "
+            f"lossless={b['lossless']}; report: {result.get('output')}/report.md")
+
+
+def _f(x, nd=3):
+    return "–" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def markdown(result: dict, pngs: list[str]) -> str:
+    entries = result["entries"]
+    lines = [f"# specdistill evaluation: target `{result['target']}`", "",
+             f"{result['prompts']} prompts from `{result['prompt_set']}`; command: `{result['command']}`", ""]
+    if entries:
+        e0 = entries[0]
+        lines += [f"Device: {e0['device']}, dtype {e0['dtype']}, max_new_tokens {e0['max_new_tokens']}, "
+                  f"temperature {e0['temperature']}, schedule {e0['schedule']}.", "",
+                  "| draft | step | γ | α | τ | target tok/s | spec tok/s | speedup | predicted | vs HF assisted | c | lossless |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for e in entries:
+            s, cm = e["speculative"], e["cost_model"]
+            lines.append(f"| {e['label']} | {_f(e.get('step'))} | {e['gamma']} | {_f(s['acceptance_rate'])} | {_f(s['tau'], 2)} | "
+                         f"{_f(e['baseline']['tokens_per_s'], 1)} | {_f(s['tokens_per_s'], 1)} | **{_f(e['speedup'], 2)}×** | "
+                         f"{_f(cm['predicted_speedup'], 2)}× | {_f(e['speedup_vs_hf_assisted'], 2)} | {_f(cm['c'])} | {e['lossless']} |")
+        b = result.get("best")
+        if b:
+            top = next(e for e in entries if e["draft"] == b["draft"] and e["gamma"] == b["gamma"])
+            lines += ["", f"## Per category: {top['label']} at γ={top['gamma']}", "",
+                      "| category | prompts | α | τ | speedup |", "|---|---|---|---|---|"]
+            for cat, c in top["per_category"].items():
+                lines.append(f"| {cat} | {c['prompts']} | {_f(c['acceptance_rate'])} | {_f(c['tau'], 2)} | {_f(c['speedup'], 2)}× |")
+            cm = top["cost_model"]
+            lines += ["", f"Cost model on this device: target step {cm['target_step_ms']} ms, draft step {cm['draft_step_ms']} ms "
+                      f"(c = {cm['c']}), v(γ) = {cm['v']}; best γ predicted: {cm['best_gamma']} "
+                      f"({cm['best_gamma_predicted_speedup']}×)."]
+    pl = result.get("anchors", {}).get("prompt_lookup")
+    if pl:
+        lines += ["", "## Anchors", "",
+                  f"- transformers prompt-lookup decoding (γ={pl['gamma']}): {pl['speedup_vs_hf_target_alone']}× "
+                  f"over transformers' target alone ({pl['tokens_per_s']} vs {pl['hf_target_alone_tokens_per_s']} tokens/s)",
+                  "- transformers assisted generation with each draft: the 'vs HF assisted' column (same draft, same γ)",
+                  "- the untrained layer cut: the 'untrained layers:…' rows"]
+    if result.get("errors"):
+        lines += ["", "## Not evaluated", ""] + [f"- `{x['draft']}`: {x['error']}" for x in result["errors"]]
+    if pngs:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in pngs]
+    return "\n".join(lines) + "\n"
+
+
+def log_wandb(result: dict, pngs: list[Path], project: str, out: Path) -> None:
+    import wandb
+
+    if not os.environ.get("WANDB_API_KEY") and "WANDB_MODE" not in os.environ:
+        os.environ["WANDB_MODE"] = "offline"
+    run = wandb.init(project=project, job_type="eval", dir=str(out), config=result["config"])
+    cols = ["draft", "step", "gamma", "acceptance_rate", "tau", "speedup", "predicted_speedup", "c", "lossless"]
+    table = wandb.Table(columns=cols, data=[
+        [e["label"], e.get("step"), e["gamma"], e["speculative"]["acceptance_rate"], e["speculative"]["tau"], e["speedup"],
+         e["cost_model"]["predicted_speedup"], e["cost_model"]["c"], e["lossless"]] for e in result["entries"]])
+    run.log({"eval/report": table, **{f"eval/{p.stem}": wandb.Image(str(p)) for p in pngs}})
+    if result.get("best"):
+        run.summary.update({f"eval/best_{k}": v for k, v in result["best"].items() if isinstance(v, (int, float))})
+    run.finish()

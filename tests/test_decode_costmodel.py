@@ -1,0 +1,80 @@
+"""The cost model (DESIGN.md "Metrics"): τ, speedup, best γ, the iso-speedup inverse, and τ against simulation."""
+
+import math
+
+import pytest
+import torch
+
+from decode import costmodel
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4, 8])
+def test_tau_limits(gamma):
+    assert costmodel.tau(1.0, gamma) == gamma + 1
+    assert costmodel.tau(0.0, gamma) == 1.0
+    # continuous at α -> 1
+    assert math.isclose(costmodel.tau(1 - 1e-9, gamma), gamma + 1, rel_tol=1e-6)
+
+
+def test_tau_hand_values():
+    assert math.isclose(costmodel.tau(0.5, 1), 1.5)
+    assert math.isclose(costmodel.tau(0.5, 3), 1 + 0.5 + 0.25 + 0.125)
+    assert math.isclose(costmodel.tau(0.8, 4), sum(0.8**k for k in range(5)))
+
+
+@pytest.mark.parametrize("alpha", [-0.1, 1.1])
+def test_tau_rejects_alpha_outside_unit_interval(alpha):
+    with pytest.raises(ValueError, match="alpha must be in"):
+        costmodel.tau(alpha, 3)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.6, 0.9, 1.0])
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_tau_matches_monte_carlo_of_iid_acceptance(alpha, gamma):
+    """Simulate rounds: each of γ proposals passes with prob α until the first failure; emitted = accepted + 1."""
+    g = torch.Generator().manual_seed(int(alpha * 100) + gamma)
+    rounds = 200_000
+    passes = torch.rand(rounds, gamma, generator=g) < alpha
+    accepted = passes.int().cumprod(dim=1).sum(dim=1)  # length of the all-pass prefix
+    measured = float((accepted + 1).double().mean())
+    assert abs(measured - costmodel.tau(alpha, gamma)) < 0.01 * (gamma + 1)
+
+
+def test_speedup_formula():
+    assert math.isclose(costmodel.speedup(1.0, 4, c=0.1, v=1.2), 5 / (0.4 + 1.2))
+    assert math.isclose(costmodel.speedup(0.0, 4, c=0.1, v=1.2), 1 / 1.6)
+    # a free draft and free verification: speedup == τ
+    assert math.isclose(costmodel.speedup(0.7, 3, c=0.0, v=1.0), costmodel.tau(0.7, 3))
+
+
+def test_best_gamma_is_the_brute_force_argmax():
+    v = {1: 1.05, 2: 1.1, 3: 1.2, 4: 1.3, 6: 1.6, 8: 2.0}
+    for alpha in (0.2, 0.5, 0.8, 0.95):
+        for c in (0.02, 0.1, 0.3):
+            g, s = costmodel.best_gamma(alpha, c, v)
+            brute = max(v, key=lambda k: costmodel.speedup(alpha, k, c, v[k]))
+            assert g == brute and math.isclose(s, costmodel.speedup(alpha, g, c, v[g]))
+    # a high acceptance rate with a cheap draft wants a long proposal, a low one a short proposal
+    assert costmodel.best_gamma(0.95, 0.02, v)[0] > costmodel.best_gamma(0.2, 0.3, v)[0]
+
+
+def test_best_gamma_ignores_gamma_zero():
+    assert costmodel.best_gamma(0.0, 0.5, {0: 1.0, 1: 1.0})[0] == 1
+
+
+@pytest.mark.parametrize("target_speedup", [0.8, 1.0, 1.5, 2.0])
+@pytest.mark.parametrize("gamma", [2, 4, 8])
+def test_alpha_for_speedup_inverts_speedup(target_speedup, gamma):
+    c, v = 0.1, 1.0 + 0.05 * gamma
+    alpha = costmodel.alpha_for_speedup(target_speedup, gamma, c, v)
+    if costmodel.speedup(1.0, gamma, c, v) < target_speedup:
+        assert alpha is None
+        return
+    assert alpha is not None and 0 <= alpha <= 1
+    assert costmodel.speedup(alpha, gamma, c, v) >= target_speedup - 1e-6
+    if alpha > 1e-3:  # the smallest such α: a little less falls short
+        assert costmodel.speedup(alpha - 1e-3, gamma, c, v) < target_speedup
+
+
+def test_alpha_for_speedup_unreachable_is_none():
+    assert costmodel.alpha_for_speedup(10.0, 2, c=0.2, v=1.1) is None  # at most 3 / 1.5 = 2

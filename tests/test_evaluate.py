@@ -1,0 +1,129 @@
+"""distill.evaluate and distill.pipeline: report schema, plots, ranking, bad input, the quick pipeline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from decode.errors import UserError
+from decode.targets import load_tokenizer
+from distill import evaluate
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _save(model, tok, path):
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    """A tiny target with the real default tokenizer, a perfect draft (its copy) and a random draft."""
+    tok = load_tokenizer("default")
+    root = tmp_path_factory.mktemp("eval")
+    cfg = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+               max_position_embeddings=512, tie_word_embeddings=True, initializer_range=0.5,
+               eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    torch.manual_seed(0)
+    target = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, **cfg))
+    torch.manual_seed(1)
+    random_draft = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, **cfg))
+    paths = {"target": _save(target, tok, root / "target"), "good": _save(target, tok, root / "good"),
+             "random": _save(random_draft, tok, root / "random")}
+    prompts = root / "p.jsonl"
+    rows = [{"id": f"p{i}", "category": ["chat", "code"][i % 2], "messages": [{"role": "user", "content": f"Say {w}."}]}
+            for i, w in enumerate(["hi", "bye", "yes", "no"])]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    paths["prompts"] = str(prompts)
+    paths["root"] = root
+    return paths
+
+
+def _cfg(p, out, **kw):
+    base = dict(target=p["target"], prompts=p["prompts"], max_new_tokens=8, gamma=[1, 3], output=str(out), anchors=False)
+    base.update(kw)
+    return evaluate.EvalConfig(**base)
+
+
+def test_report_schema_plots_and_ranking(tiny_pair, tmp_path):
+    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"], tiny_pair["random"]]))
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert len(report["entries"]) == 4  # 2 drafts x 2 gammas
+    for e in report["entries"]:
+        for key in ("target", "draft", "device", "dtype", "prompts", "max_new_tokens", "temperature", "gamma", "schedule",
+                    "baseline", "speculative", "speedup", "lossless", "per_category", "cost_model"):
+            assert key in e
+        assert set(e["per_category"]) == {"chat", "code"}
+        assert e["lossless"] is True
+        cm = e["cost_model"]
+        assert cm["c"] > 0 and "predicted_speedup" in cm and cm["v"]
+    good = [e for e in report["entries"] if e["draft"] == tiny_pair["good"]]
+    assert all(e["speculative"]["acceptance_rate"] == 1.0 for e in good)
+    # the built-in difference: a perfect draft ranks above a random one
+    assert res["best"]["draft"] == tiny_pair["good"]
+    md = (tmp_path / "report.md").read_text()
+    assert "| draft |" in md and "Per category" in md
+    for png in ("speedup_by_gamma.png", "design_map.png"):
+        data = (tmp_path / png).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 2000
+        assert f"]({png})" in md
+
+
+def test_bad_drafts_are_reported_and_others_still_evaluated(tiny_pair, tmp_path):
+    empty_run = tmp_path / "run-without-checkpoints"
+    empty_run.mkdir()
+    not_a_model = tmp_path / "not-a-model"
+    not_a_model.mkdir()
+    res = evaluate.run(_cfg(tiny_pair, tmp_path / "eval", run=str(empty_run), drafts=[str(not_a_model), tiny_pair["good"]],
+                            gamma=2))
+    assert [e["draft"] for e in res["entries"]] == [tiny_pair["good"]]
+    errors = {x["draft"]: x["error"] for x in res["errors"]}
+    assert "no complete checkpoints" in errors[str(empty_run)]
+    assert "config.json" in errors[str(not_a_model)]
+    assert "Not evaluated" in (tmp_path / "eval" / "report.md").read_text()
+
+
+def test_unknown_category_is_a_clear_error(tiny_pair, tmp_path):
+    with pytest.raises(UserError, match="unknown categor"):
+        evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"]], categories=["poetry"]))
+
+
+def test_gamma_and_missing_drafts_are_rejected():
+    with pytest.raises(UserError, match="gamma"):
+        evaluate.EvalConfig(drafts=["x"], gamma=0)
+    with pytest.raises(UserError, match="--run"):
+        evaluate.EvalConfig()
+
+
+@pytest.mark.slow
+def test_anchors_on_tiny_models(tiny_pair, tmp_path):
+    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["random"]], gamma=2, anchors=True))
+    e = res["entries"][0]
+    assert e["hf_assisted"]["outputs_matching_target"] == 4 and e["speedup_vs_hf_assisted"] > 0
+    pl = res["anchors"]["prompt_lookup"]
+    assert pl["prompts"] == 4 and pl["tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_quick_pipeline_end_to_end_on_default_target(tmp_path):
+    """The README's main job with --preset quick, shrunk further so CI stays inside its budget."""
+    out = tmp_path / "pipe"
+    cmd = [sys.executable, "-m", "distill.pipeline", "--config", "configs/pipeline/default.yaml", "--preset", "quick",
+           "--output", str(out),
+           "--collect", "{limit: 24, max_new_tokens: 24, batch_size: 8}", "--heldout", "{limit: 8, max_new_tokens: 24}",
+           "--train", "{max_steps: 6, eval_every: 3, save_every: 3, batch_size: 4, report_to: none, vocab: 2048}",
+           "--evaluate", "{limit: 2, max_new_tokens: 16, anchors: false}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert report["entries"] and summary["best"]["lossless"] is True
+    assert (out / "train" / "checkpoint-000006" / "hf" / "draft_vocab.json").is_file()
+    assert "best draft" in proc.stdout
