@@ -3,7 +3,7 @@
 An example is prompt + response. The student reads prompt + response[:-1]; position len(prompt)-1+t predicts
 response token t and is matched against the teacher's stored top-k row t. For a reduced-vocabulary draft,
 teacher ids are mapped into draft ids (-1 where the draft has no such token; the loss puts that mass in the
-tail bin).
+tail bin), and input tokens outside the draft's vocabulary are read as draft id 0, as the decoder feeds them.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def micro_batch(examples: list[dict], order_fn, step: int, accum: int, world: in
 def collate(batch: list[dict], t2d: torch.Tensor | None, pad_id: int = 0) -> dict:
     """Right-padded inputs plus flat (N = sum of response lengths) teacher targets.
 
-    input_ids, attention_mask: (B, T); sel: (N,) flat indices into B*T of the predicting positions;
+    input_ids, attention_mask: (B, T), student-space ids; sel: (N,) flat indices into B*T of the predicting positions;
     topk_ids: (N, k) student-space ids (-1 = not in the draft vocabulary); topk_logprobs: (N, k);
     labels: (N,) student-space ids; target_top1: (N,) target ids the proxy compares against.
     """
@@ -82,6 +82,8 @@ def collate(batch: list[dict], t2d: torch.Tensor | None, pad_id: int = 0) -> dic
             tk_ids.extend(e["topk_ids"])
             tk_lp.extend(e["topk_logprobs"])
     labels = torch.tensor(labels, dtype=torch.long)
+    if t2d is not None:  # a reduced-vocabulary draft reads context outside its vocabulary as draft id 0, as decode/ does
+        ids = t2d[ids].clamp(min=0)
     out = {"input_ids": ids, "attention_mask": mask, "sel": torch.tensor(sel, dtype=torch.long)}
     if tk_ids:
         teacher = torch.tensor(tk_ids, dtype=torch.long)

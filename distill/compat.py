@@ -30,14 +30,40 @@ from decode.targets import VOCAB_MAP_FILE, check_tokenizers
 
 # Decoder-only architectures vLLM serves (a subset of vllm/model_executor/models/registry.py): the families a
 # draft cut from or distilled for a common target will have. A draft is loaded by vLLM through this name.
-VLLM_ARCHITECTURES = frozenset({
-    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM",
-    "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
-    "Phi3ForCausalLM", "PhiForCausalLM", "GPT2LMHeadModel", "GPTBigCodeForCausalLM", "GPTJForCausalLM",
-    "GPTNeoXForCausalLM", "OPTForCausalLM", "FalconForCausalLM", "StableLmForCausalLM", "Starcoder2ForCausalLM",
-    "OlmoForCausalLM", "Olmo2ForCausalLM", "GraniteForCausalLM", "CohereForCausalLM", "InternLM2ForCausalLM",
-    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4ForCausalLM", "SmolLM3ForCausalLM", "ExaoneForCausalLM",
-})
+VLLM_ARCHITECTURES = frozenset(
+    {
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "MixtralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "GemmaForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
+        "Phi3ForCausalLM",
+        "PhiForCausalLM",
+        "GPT2LMHeadModel",
+        "GPTBigCodeForCausalLM",
+        "GPTJForCausalLM",
+        "GPTNeoXForCausalLM",
+        "OPTForCausalLM",
+        "FalconForCausalLM",
+        "StableLmForCausalLM",
+        "Starcoder2ForCausalLM",
+        "OlmoForCausalLM",
+        "Olmo2ForCausalLM",
+        "GraniteForCausalLM",
+        "CohereForCausalLM",
+        "InternLM2ForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "Glm4ForCausalLM",
+        "SmolLM3ForCausalLM",
+        "ExaoneForCausalLM",
+    }
+)
 
 # Short, fixed prompts for the lossless check: enough to cross several verification rounds, cheap on CPU.
 LOSSLESS_PROMPTS = (
@@ -60,19 +86,33 @@ class Check:
 def load_published(folder: Path):
     """(model or None, Check): the folder loads with AutoModelForCausalLM and every expected weight is in it."""
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, output_loading_info=True
+        )
     except Exception as e:  # any failure here is exactly what the check reports
-        return None, Check("loads", False, f"AutoModelForCausalLM.from_pretrained failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+        return None, Check(
+            "loads",
+            False,
+            f"AutoModelForCausalLM.from_pretrained failed: {type(e).__name__}: {str(e).splitlines()[0]}",
+        )
     problems = []
     if info.get("missing_keys"):
-        problems.append(f"weights missing from model.safetensors, so transformers initialised them at random: {sorted(info['missing_keys'])[:6]}")
+        problems.append(
+            f"weights missing from model.safetensors, so transformers initialised them at random: {sorted(info['missing_keys'])[:6]}"
+        )
     if info.get("unexpected_keys"):
-        problems.append(f"weights in model.safetensors that {type(model).__name__} ignores: {sorted(info['unexpected_keys'])[:6]}")
+        problems.append(
+            f"weights in model.safetensors that {type(model).__name__} ignores: {sorted(info['unexpected_keys'])[:6]}"
+        )
     if info.get("mismatched_keys"):
-        problems.append(f"weights whose shape does not match config.json: {sorted(info['mismatched_keys'])[:6]}")
+        problems.append(
+            f"weights whose shape does not match config.json: {sorted(info['mismatched_keys'])[:6]}"
+        )
     if problems:
         return model.eval(), Check("loads", False, "; ".join(problems))
-    return model.eval(), Check("loads", True, f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} parameters")
+    return model.eval(), Check(
+        "loads", True, f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} parameters"
+    )
 
 
 # --- tokenizer
@@ -87,7 +127,9 @@ def check_tokenizer(folder: Path, draft_dir: Path, target_tok, vocab_map: list[i
         try:
             tok = AutoTokenizer.from_pretrained(path)
         except Exception as e:
-            return Check("tokenizer", False, f"the {label}'s tokenizer does not load: {str(e).splitlines()[0]}")
+            return Check(
+                "tokenizer", False, f"the {label}'s tokenizer does not load: {str(e).splitlines()[0]}"
+            )
         try:
             # a reduced-vocabulary draft still ships the full target tokenizer, so compare in full
             check_tokenizers(target_tok, tok)
@@ -100,7 +142,9 @@ def check_tokenizer(folder: Path, draft_dir: Path, target_tok, vocab_map: list[i
             check_tokenizers(target_tok, None, vocab_map)
         except UserError as e:
             return Check("tokenizer", False, str(e))
-    return Check("tokenizer", True, f"identical to the target's ({len(target_tok):,} tokens, same chat template)")
+    return Check(
+        "tokenizer", True, f"identical to the target's ({len(target_tok):,} tokens, same chat template)"
+    )
 
 
 # --- lossless
@@ -108,20 +152,32 @@ def check_tokenizer(folder: Path, draft_dir: Path, target_tok, vocab_map: list[i
 
 def _prompt_ids(tokenizer, text: str) -> list[int]:
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
     return tokenizer(text)["input_ids"]
 
 
 @torch.inference_mode()
-def check_lossless(target, tokenizer, draft, vocab_map: list[int] | None, gamma: int,
-                   max_new_tokens: int = LOSSLESS_NEW_TOKENS) -> Check:
+def check_lossless(
+    target,
+    tokenizer,
+    draft,
+    vocab_map: list[int] | None,
+    gamma: int,
+    max_new_tokens: int = LOSSLESS_NEW_TOKENS,
+) -> Check:
     """Greedy speculative output must equal the target's own greedy output, token for token."""
     how = "transformers assisted generation" if vocab_map is None else "bundled decoder (reduced vocabulary)"
     if vocab_map is None:
         # transformers reads these from the assistant's generation_config and ignores generate() kwargs for them
         gc = copy.deepcopy(draft.generation_config)
-        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = gamma, "constant", 0.0
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = (
+            gamma,
+            "constant",
+            0.0,
+        )
         draft.generation_config = gc
     greedy = dict(do_sample=False, max_new_tokens=max_new_tokens, temperature=None, top_p=None, top_k=None)
     for text in LOSSLESS_PROMPTS:
@@ -130,8 +186,10 @@ def check_lossless(target, tokenizer, draft, vocab_map: list[int] | None, gamma:
         mask = torch.ones_like(x)
         try:
             if vocab_map is None:
-                ref = target.generate(x, attention_mask=mask, **greedy)[0, len(ids):].tolist()
-                out = target.generate(x, attention_mask=mask, assistant_model=draft, **greedy)[0, len(ids):].tolist()
+                ref = target.generate(x, attention_mask=mask, **greedy)[0, len(ids) :].tolist()
+                out = target.generate(x, attention_mask=mask, assistant_model=draft, **greedy)[
+                    0, len(ids) :
+                ].tolist()
             else:  # the bundled decoder, target alone vs with the draft (same forward code, so only speculation differs)
                 from decode.speculative import generate
 
@@ -139,14 +197,24 @@ def check_lossless(target, tokenizer, draft, vocab_map: list[int] | None, gamma:
                 eos = (eos,) if isinstance(eos, int) else tuple(eos or ())
                 vm = torch.tensor(vocab_map, dtype=torch.long, device=target.device)
                 ref, _ = generate(target, None, ids, max_new_tokens, eos_token_ids=eos)
-                out, _ = generate(target, draft, ids, max_new_tokens, gamma=gamma, eos_token_ids=eos, vocab_map=vm)
+                out, _ = generate(
+                    target, draft, ids, max_new_tokens, gamma=gamma, eos_token_ids=eos, vocab_map=vm
+                )
         except Exception as e:
             return Check("lossless", False, f"{how} failed: {type(e).__name__}: {str(e).splitlines()[0]}")
         if out != ref:
             i = next((k for k, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
-            return Check("lossless", False, f"{how} differs from the target alone at new token {i} for prompt {text!r}: "
-                                            f"{out[i:i + 5]} vs {ref[i:i + 5]}")
-    return Check("lossless", True, f"{how}, γ={gamma}, greedy: identical to the target on {len(LOSSLESS_PROMPTS)} prompts × {max_new_tokens} tokens")
+            return Check(
+                "lossless",
+                False,
+                f"{how} differs from the target alone at new token {i} for prompt {text!r}: "
+                f"{out[i : i + 5]} vs {ref[i : i + 5]}",
+            )
+    return Check(
+        "lossless",
+        True,
+        f"{how}, γ={gamma}, greedy: identical to the target on {len(LOSSLESS_PROMPTS)} prompts × {max_new_tokens} tokens",
+    )
 
 
 # --- random init
@@ -164,7 +232,11 @@ def looks_like_init(t: torch.Tensor, initializer_range: float) -> bool:
         return False
     x = t.detach().float().flatten()
     mean, std = x.mean().item(), x.std().item()
-    if std == 0 or abs(std - initializer_range) > 0.1 * initializer_range or abs(mean) > 0.1 * initializer_range:
+    if (
+        std == 0
+        or abs(std - initializer_range) > 0.1 * initializer_range
+        or abs(mean) > 0.1 * initializer_range
+    ):
         return False
     kurtosis = (((x - mean) / std) ** 4).mean().item()
     return abs(kurtosis - 3.0) < 0.5
@@ -192,12 +264,19 @@ def check_random_init(draft, target, vocab_map: list[int] | None = None) -> Chec
         if not looks_like_init(p, r):
             continue
         same = by_shape.get(tuple(p.shape), [])
-        if any(torch.allclose(p.detach().float(), t.detach().float().to(p.device), rtol=1e-2, atol=1e-6) for t in same):
+        if any(
+            torch.allclose(p.detach().float(), t.detach().float().to(p.device), rtol=1e-2, atol=1e-6)
+            for t in same
+        ):
             continue
         suspects.append(f"{name} (mean {p.float().mean().item():.4f}, std {p.float().std().item():.4f})")
     if suspects:
-        return Check("random_init", False, f"weights still look like random init normal(0, {r}): {', '.join(suspects[:6])}"
-                                           + (f" and {len(suspects) - 6} more" if len(suspects) > 6 else ""))
+        return Check(
+            "random_init",
+            False,
+            f"weights still look like random init normal(0, {r}): {', '.join(suspects[:6])}"
+            + (f" and {len(suspects) - 6} more" if len(suspects) > 6 else ""),
+        )
     return Check("random_init", True, f"no weight matrix matches normal(0, {r}) init statistics")
 
 
@@ -211,18 +290,26 @@ def check_vllm(config, target_config, reduced_vocab: bool) -> Check:
     if not archs:
         problems.append("config.json has no `architectures`; vLLM picks the model class from it")
     elif archs[0] not in VLLM_ARCHITECTURES:
-        problems.append(f"architecture {archs[0]} is not one vLLM serves (e.g. {', '.join(sorted(VLLM_ARCHITECTURES)[:4])}, ...)")
+        problems.append(
+            f"architecture {archs[0]} is not one vLLM serves (e.g. {', '.join(sorted(VLLM_ARCHITECTURES)[:4])}, ...)"
+        )
     if reduced_vocab:
-        notes.append(f"reduced vocabulary ({config.vocab_size:,} of {target_config.vocab_size:,} ids, map in {VOCAB_MAP_FILE}): "
-                     "vLLM cannot use it as a plain draft model")
+        notes.append(
+            f"reduced vocabulary ({config.vocab_size:,} of {target_config.vocab_size:,} ids, map in {VOCAB_MAP_FILE}): "
+            "vLLM cannot use it as a plain draft model"
+        )
     elif config.vocab_size != target_config.vocab_size:
-        problems.append(f"vocab_size {config.vocab_size} differs from the target's {target_config.vocab_size}")
+        problems.append(
+            f"vocab_size {config.vocab_size} differs from the target's {target_config.vocab_size}"
+        )
     mine = getattr(config, "max_position_embeddings", None)
     theirs = getattr(target_config, "max_position_embeddings", None)
     if mine is None:
         problems.append("config.json has no max_position_embeddings")
     elif theirs is not None and mine < theirs:
-        problems.append(f"max_position_embeddings {mine} < the target's {theirs}: vLLM refuses drafts shorter than the target")
+        problems.append(
+            f"max_position_embeddings {mine} < the target's {theirs}: vLLM refuses drafts shorter than the target"
+        )
     if problems:
         return Check("vllm", False, "; ".join(problems))
     return Check("vllm", True, "; ".join([f"{archs[0]}, max_position_embeddings {mine}"] + notes))
@@ -239,7 +326,9 @@ def run_checks(folder: Path, draft_dir: Path, target, target_tok, gamma: int) ->
     draft, loads = load_published(folder)
     checks = [loads, check_tokenizer(folder, draft_dir, target_tok, vocab_map)]
     if draft is None:
-        return checks + [Check(n, False, "not run: the model does not load") for n in ("lossless", "random_init", "vllm")]
+        return checks + [
+            Check(n, False, "not run: the model does not load") for n in ("lossless", "random_init", "vllm")
+        ]
     draft.to(target.device)
     checks.append(check_lossless(target, target_tok, draft, vocab_map, gamma))
     checks.append(check_random_init(draft, target, vocab_map))

@@ -30,7 +30,9 @@ METRICS = (  # (metric_type, pretty name, where in an entry / per_category row)
 def load_report(eval_dir: Path) -> tuple[Path, dict]:
     path = eval_dir / "report.json" if eval_dir.is_dir() else eval_dir
     if not path.is_file():
-        raise UserError(f"no evaluation report at {path}: give --eval the folder `python -m distill.evaluate` wrote (it holds report.json)")
+        raise UserError(
+            f"no evaluation report at {path}: give --eval the folder `python -m distill.evaluate` wrote (it holds report.json)"
+        )
     try:
         report = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -41,22 +43,35 @@ def load_report(eval_dir: Path) -> tuple[Path, dict]:
 
 
 def select_entries(report: dict, report_path: Path, draft_dir: Path) -> list[dict]:
-    """The report's entries (one per γ) for this draft: same resolved path, or the report's only draft."""
+    """The report's entries (one per γ) for this draft: same resolved path, or the report's only trained draft.
+
+    Each returned entry gets the report's `prompt_set` (the entries themselves count prompts, not name them).
+    """
     entries = [e for e in report["entries"] if isinstance(e, dict) and "draft" in e and "speedup" in e]
 
     def same(d: str) -> bool:
         p = Path(d).expanduser()
-        return (p if p.is_absolute() else (report_path.parent / p)).resolve() == draft_dir.resolve() or \
-            Path(d).expanduser().resolve() == draft_dir.resolve()
+        return draft_dir.resolve() in (p.resolve(), (report_path.parent / p).resolve())
 
     mine = [e for e in entries if same(str(e["draft"]))]
-    drafts = sorted({str(e["draft"]) for e in entries})
+    # anchors (`layers:...`, the untrained self-speculative baseline) are never the draft being published
+    drafts = sorted(
+        {
+            str(e["draft"])
+            for e in entries
+            if e.get("trained", True) and not str(e["draft"]).startswith("layers:")
+        }
+    )
     if not mine and len(drafts) == 1:
         print(f"note: {report_path} measures one draft, {drafts[0]}; using its numbers for {draft_dir}")
-        mine = entries
+        mine = [e for e in entries if str(e["draft"]) == drafts[0]]
     if not mine:
-        raise UserError(f"{report_path} has no entry for {draft_dir}; it measures: {', '.join(drafts) or 'nothing'}")
-    return sorted(mine, key=lambda e: e.get("gamma", 0))
+        raise UserError(
+            f"{report_path} has no entry for {draft_dir}; it measures: {', '.join(drafts) or 'no trained draft'}"
+        )
+    return sorted(
+        ({"prompt_set": report.get("prompt_set"), **e} for e in mine), key=lambda e: e.get("gamma", 0)
+    )
 
 
 def headline(entries: list[dict]) -> dict:
@@ -66,9 +81,15 @@ def headline(entries: list[dict]) -> dict:
 def card_numbers(entry: dict) -> dict:
     """Flat numbers of the headline entry (for W&B and the CLI summary)."""
     spec = entry.get("speculative", {})
-    out = {"gamma": entry.get("gamma"), "speedup": entry["speedup"], "acceptance_rate": spec.get("acceptance_rate"),
-           "tau": spec.get("tau"), "tokens_per_s": spec.get("tokens_per_s"), "device": entry.get("device"),
-           "dtype": entry.get("dtype")}
+    out = {
+        "gamma": entry.get("gamma"),
+        "speedup": entry["speedup"],
+        "acceptance_rate": spec.get("acceptance_rate"),
+        "tau": spec.get("tau"),
+        "tokens_per_s": spec.get("tokens_per_s"),
+        "device": entry.get("device"),
+        "dtype": entry.get("dtype"),
+    }
     for cat, row in sorted((entry.get("per_category") or {}).items()):
         for key in ("acceptance_rate", "tau", "speedup"):
             if key in row:
@@ -76,29 +97,52 @@ def card_numbers(entry: dict) -> dict:
     return out
 
 
+def _prompt_set_name(entry: dict) -> str:
+    return Path(str(entry.get("prompt_set") or "prompts")).stem or "prompts"
+
+
 def conditions(entry: dict) -> dict:
-    return {k: entry.get(k) for k in ("gamma", "schedule", "dtype", "device", "temperature", "max_new_tokens")}
+    return {
+        k: entry.get(k) for k in ("gamma", "schedule", "dtype", "device", "temperature", "max_new_tokens")
+    }
 
 
 def eval_results(entry: dict, target_name: str) -> list[EvalResult]:
     """model-index rows: per category (and "all") × (α, τ, speedup), conditions stated on every metric."""
     cond = conditions(entry)
-    metric_config = f"gamma={cond['gamma']}, schedule={cond['schedule']}, dtype={cond['dtype']}, device={cond['device']}"
-    prompts = Path(str(entry.get("prompts", "prompts"))).stem or "prompts"
-    rows = {"all": {**entry.get("speculative", {}), "speedup": entry["speedup"]}, **(entry.get("per_category") or {})}
+    metric_config = (
+        f"gamma={cond['gamma']}, schedule={cond['schedule']}, dtype={cond['dtype']}, device={cond['device']}"
+    )
+    prompts = _prompt_set_name(entry)
+    rows = {
+        "all": {**entry.get("speculative", {}), "speedup": entry["speedup"]},
+        **(entry.get("per_category") or {}),
+    }
     results = []
     for cat, row in rows.items():
         for metric_type, name, key in METRICS:
             if row.get(key) is None:
                 continue
-            results.append(EvalResult(
-                task_type="text-generation", task_name=f"Speculative decoding with {target_name}",
-                dataset_type=f"specdistill/{prompts}", dataset_name=f"{prompts} ({cat})", dataset_config=cat,
-                dataset_args={"prompts": str(entry.get("prompts")), "max_new_tokens": cond["max_new_tokens"],
-                              "temperature": cond["temperature"]},
-                metric_type=metric_type, metric_name=name, metric_value=round(float(row[key]), 4),
-                metric_config=metric_config, metric_args=cond,
-            ))
+            results.append(
+                EvalResult(
+                    task_type="text-generation",
+                    task_name=f"Speculative decoding with {target_name}",
+                    dataset_type=f"specdistill/{prompts}",
+                    dataset_name=f"{prompts} ({cat})",
+                    dataset_config=cat,
+                    dataset_args={
+                        "prompt_set": str(entry.get("prompt_set")),
+                        "prompts": entry.get("prompts"),
+                        "max_new_tokens": cond["max_new_tokens"],
+                        "temperature": cond["temperature"],
+                    },
+                    metric_type=metric_type,
+                    metric_name=name,
+                    metric_value=round(float(row[key]), 4),
+                    metric_config=metric_config,
+                    metric_args=cond,
+                )
+            )
     return results
 
 
@@ -109,14 +153,19 @@ def _fmt(x, spec=".3f") -> str:
     return "–" if x is None else format(x, spec) if isinstance(x, (int, float)) else str(x)
 
 
-def _measured(entries: list[dict], best: dict) -> str:
+def _measured(entries: list[dict], best: dict, weights_dtype: str) -> str:
     c, spec = conditions(best), best.get("speculative", {})
+    dtype_note = (
+        f" (the weights here are published in {weights_dtype}; acceptance may shift slightly in that dtype)"
+        if c["dtype"] not in (None, weights_dtype)
+        else ""
+    )
     lines = [
         "## Measured speed",
         "",
-        f"Measured by `distill.evaluate` on **{c['device']}**, weights in **{c['dtype']}**, γ = **{c['gamma']}** "
+        f"Measured by `distill.evaluate` on **{c['device']}**, target and draft in **{c['dtype']}**{dtype_note}, γ = **{c['gamma']}** "
         f"({c['schedule']} schedule), temperature {c['temperature']}, up to {c['max_new_tokens']} new tokens per prompt, "
-        f"prompts `{best.get('prompts')}`. Speedup is speculative tokens/s ÷ target-alone tokens/s, same process, same prompts.",
+        f"{best.get('prompts')} prompts from `{best.get('prompt_set')}`. Speedup is speculative tokens/s ÷ target-alone tokens/s, same process, same prompts.",
         "",
         f"**Best γ = {c['gamma']}: {best['speedup']:.2f}× the target alone** (α = {_fmt(spec.get('acceptance_rate'))}, "
         f"τ = {_fmt(spec.get('tau'), '.2f')}, {_fmt(spec.get('tokens_per_s'), '.1f')} tokens/s vs "
@@ -127,13 +176,23 @@ def _measured(entries: list[dict], best: dict) -> str:
         f"| all | {_fmt(spec.get('acceptance_rate'))} | {_fmt(spec.get('tau'), '.2f')} | {best['speedup']:.2f}× |",
     ]
     for cat, row in sorted((best.get("per_category") or {}).items()):
-        lines.append(f"| {cat} | {_fmt(row.get('acceptance_rate'))} | {_fmt(row.get('tau'), '.2f')} | {_fmt(row.get('speedup'), '.2f')}× |")
+        lines.append(
+            f"| {cat} | {_fmt(row.get('acceptance_rate'))} | {_fmt(row.get('tau'), '.2f')} | {_fmt(row.get('speedup'), '.2f')}× |"
+        )
     if len(entries) > 1:
-        lines += ["", "Every γ measured:", "", "| γ | α | τ | tokens/s | speedup | lossless |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "Every γ measured:",
+            "",
+            "| γ | α | τ | tokens/s | speedup | lossless |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for e in entries:
             s = e.get("speculative", {})
-            lines.append(f"| {e.get('gamma')} | {_fmt(s.get('acceptance_rate'))} | {_fmt(s.get('tau'), '.2f')} | "
-                         f"{_fmt(s.get('tokens_per_s'), '.1f')} | {e['speedup']:.2f}× | {e.get('lossless')} |")
+            lines.append(
+                f"| {e.get('gamma')} | {_fmt(s.get('acceptance_rate'))} | {_fmt(s.get('tau'), '.2f')} | "
+                f"{_fmt(s.get('tokens_per_s'), '.1f')} | {e['speedup']:.2f}× | {e.get('lossless')} |"
+            )
     return "\n".join(lines)
 
 
@@ -146,37 +205,52 @@ NO_EVAL = """## Measured speed
 
 def _design(meta: dict, config: dict, target_config: dict, n_params: int) -> str:
     d = meta.get("design") or {}
-    layers = d.get("layers", config.get("num_hidden_layers"))
+    layers = d.get("layers") or config.get("num_hidden_layers")
     n_target = target_config.get("num_hidden_layers")
     if isinstance(layers, list):
         layers = f"{len(layers)} of the target's {n_target}: {layers}"
-    vocab = d.get("vocab", "full")
-    vocab = (f"full ({config.get('vocab_size'):,})" if vocab == "full"
-             else f"{vocab:,} of {target_config.get('vocab_size'):,} (reduced; map in `{VOCAB_MAP_FILE}`)" if isinstance(vocab, int)
-             else str(vocab))
+    vocab = d.get("vocab") or "full"
+    vocab = (
+        f"full ({config.get('vocab_size'):,})"
+        if vocab == "full"
+        else f"{vocab:,} of {target_config.get('vocab_size'):,} (reduced; map in `{VOCAB_MAP_FILE}`)"
+        if isinstance(vocab, int)
+        else str(vocab)
+    )
+    # widths come from config.json (what was actually published; the design leaves None for "the target's")
     rows = [
         ("layers", layers),
-        ("hidden size", d.get("hidden_size", config.get("hidden_size"))),
-        ("intermediate size", d.get("intermediate_size", config.get("intermediate_size"))),
-        ("attention heads / KV heads", f"{d.get('num_attention_heads', config.get('num_attention_heads'))} / "
-                                       f"{d.get('num_key_value_heads', config.get('num_key_value_heads'))}"),
-        ("init", d.get("init", "unknown")),
+        ("hidden size", config.get("hidden_size")),
+        ("intermediate size", config.get("intermediate_size")),
+        (
+            "attention heads / KV heads",
+            f"{config.get('num_attention_heads')} / {config.get('num_key_value_heads')}",
+        ),
+        ("init", d.get("init") or meta.get("init") or "unknown"),
         ("vocabulary", vocab),
-        ("parameters", f"{d.get('params', n_params):,}"),
+        ("parameters", f"{d.get('params') or n_params:,}"),
         ("architecture", ", ".join(config.get("architectures") or [])),
     ]
+    if d.get("freeze"):
+        rows.append(("frozen in training", ", ".join(map(str, d["freeze"]))))
     return "\n".join(["## Design", "", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
 
 
 def _training(meta: dict) -> str:
     data, loss = meta.get("data") or {}, meta.get("loss") or {}
     loss_s = " + ".join(f"{w} × {name}" for name, w in loss.items()) or "unknown"
-    lines = ["## Training", "",
-             f"- data: `{data.get('path', 'unknown')}` ({_fmt(data.get('rows'), ',')} rows, {_fmt(data.get('tokens'), ',')} tokens), "
-             f"target outputs on prompts `{data.get('prompts', 'unknown')}`",
-             f"- loss: {loss_s}",
-             f"- steps: {_fmt(meta.get('step'), ',')}",
-             "", "Exact commands that produced this draft:", "", "```bash"]
+    lines = [
+        "## Training",
+        "",
+        f"- data: `{data.get('path', 'unknown')}` ({_fmt(data.get('rows'), ',')} rows, {_fmt(data.get('tokens'), ',')} tokens), "
+        f"target outputs on prompts `{data.get('prompts', 'unknown')}`",
+        f"- loss: {loss_s}",
+        f"- steps: {_fmt(meta.get('step'), ',')}",
+        "",
+        "Exact commands that produced this draft:",
+        "",
+        "```bash",
+    ]
     lines += list(meta.get("commands") or ["# (not recorded in specdistill.json)"])
     return "\n".join(lines + ["```"])
 
@@ -229,30 +303,58 @@ print(llm.generate(["Hello!"], SamplingParams(temperature=0, max_tokens=128))[0]
 
 
 def _checks(checks) -> str:
-    lines = ["## Compatibility checks (run before upload)", "", "| check | result | detail |", "| --- | --- | --- |"]
-    return "\n".join(lines + [f"| {c.name} | {'pass' if c.ok else 'FAIL'} | {c.detail.replace('|', '/')} |" for c in checks])
+    lines = [
+        "## Compatibility checks (run before upload)",
+        "",
+        "| check | result | detail |",
+        "| --- | --- | --- |",
+    ]
+    return "\n".join(
+        lines
+        + [f"| {c.name} | {'pass' if c.ok else 'FAIL'} | {c.detail.replace('|', '/')} |" for c in checks]
+    )
 
 
-def build_card(*, repo_id: str, target_id: str | None, target_spec: str, meta: dict, config: dict, target_config: dict,
-               n_params: int, weights_dtype: str, entries: list[dict] | None, checks, gamma: int, reduced: bool,
-               license: str | None = None) -> ModelCard:
+def build_card(
+    *,
+    repo_id: str,
+    target_id: str | None,
+    target_spec: str,
+    meta: dict,
+    config: dict,
+    target_config: dict,
+    n_params: int,
+    weights_dtype: str,
+    entries: list[dict] | None,
+    checks,
+    gamma: int,
+    reduced: bool,
+    license: str | None = None,
+) -> ModelCard:
     name = repo_id.split("/")[-1]
     best = headline(entries) if entries else None
     shown = target_id or target_spec
     data = ModelCardData(
-        base_model=target_id, tags=TAGS, library_name="transformers", pipeline_tag="text-generation",
-        license=license, model_name=name, eval_results=eval_results(best, shown) if best else None,
+        base_model=target_id,
+        tags=TAGS,
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        license=license,
+        model_name=name,
+        eval_results=eval_results(best, shown) if best else None,
     )
     link = f"[{shown}](https://huggingface.co/{shown})" if target_id else f"`{shown}`"
-    body = "\n\n".join([
-        f"# {name}",
-        f"A draft model for speculative decoding with {link}, built and measured with "
-        f"specdistill. Weights are {weights_dtype} safetensors; the "
-        "tokenizer files are the target's own.",
-        _measured(entries, best) if best else NO_EVAL,
-        _usage(repo_id, shown, gamma, reduced),
-        _design(meta, config, target_config, n_params),
-        _training(meta),
-        _checks(checks),
-    ])
+    body = "\n\n".join(
+        [
+            f"# {name}",
+            f"A draft model for speculative decoding with {link}, built and measured with "
+            f"specdistill. Weights are {weights_dtype} safetensors; the "
+            "tokenizer files are the target's own.",
+            _measured(entries, best, weights_dtype) if best else NO_EVAL,
+            _usage(repo_id, shown, gamma, reduced),
+            _design(meta, config, target_config, n_params),
+            _training(meta),
+            _checks(checks),
+        ]
+    )
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}\n")

@@ -33,15 +33,23 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, GenerationConfig
 
 from decode.errors import UserError
-from decode.targets import DEFAULT_TARGET, VOCAB_MAP_FILE, load_target, resolve
+from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, VOCAB_MAP_FILE, load_target, resolve
 from distill import compat, modelcard
 
 META_FILE = "specdistill.json"
-DEFAULT_TARGET_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the embedded default target is on the Hub
 DEFAULT_GAMMA = 4  # γ written to generation_config.json when no evaluation says better
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,10 +59,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval", type=Path, help="evaluation folder (report.json) from distill.evaluate")
     p.add_argument("--require-eval", action="store_true", help="refuse to publish without measured numbers")
     p.add_argument("--target", help="target spec (default: the `target` in specdistill.json)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="dtype of the published weights")
+    p.add_argument(
+        "--dtype", choices=sorted(DTYPES), default="bfloat16", help="dtype of the published weights"
+    )
     p.add_argument("--private", action="store_true", help="create the repo private")
     p.add_argument("--revision", help="branch to commit to (created from main if missing)")
     p.add_argument("--dry-run", type=Path, metavar="OUT_DIR", help="write the repo folder here; no network")
+    p.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where the checks run the target and draft (float32, so greedy comparisons are exact)",
+    )
     p.add_argument("--license", help="license for the card metadata, e.g. apache-2.0 (the target's, usually)")
     return p.parse_args(argv)
 
@@ -70,8 +85,11 @@ def read_checkpoint(draft_dir: Path) -> dict:
         missing.append("model.safetensors")
     if missing:
         inner = sorted(str(p.parent) for p in draft_dir.glob(f"*/{META_FILE}"))
-        hint = f"; checkpoints inside it: {', '.join(inner[:5])}" if inner else \
-            " (distill.train writes config.json, model.safetensors and specdistill.json into each checkpoint)"
+        hint = (
+            f"; checkpoints inside it: {', '.join(inner[:5])}"
+            if inner
+            else " (distill.train writes config.json, model.safetensors and specdistill.json into each checkpoint)"
+        )
         raise UserError(f"{draft_dir} is not a draft checkpoint: it has no {', '.join(missing)}{hint}")
     try:
         meta = json.loads((draft_dir / META_FILE).read_text())
@@ -89,7 +107,7 @@ def _weight_files(draft_dir: Path) -> list[Path]:
 
 def target_hub_id(meta: dict, spec: str) -> str | None:
     """The target's Hub id for `base_model` and the usage snippets, or None when it has none we know of."""
-    name = meta.get("target_name") or (DEFAULT_TARGET_HUB_ID if spec == DEFAULT_TARGET else spec)
+    name = meta.get("target_name") or (DEFAULT_HUB_ID if spec == DEFAULT_TARGET else spec)
     looks_like_id = name.count("/") == 1 and not name.startswith((".", "/", "~")) and not Path(name).exists()
     return name if looks_like_id else None
 
@@ -109,7 +127,9 @@ def write_weights(draft_dir: Path, out: Path, dtype: torch.dtype) -> int:
             for k in sf.keys():
                 t = sf.get_tensor(k)
                 tensors[k] = t.to(dtype) if t.is_floating_point() else t
-    save_file({k: t.contiguous() for k, t in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"})
+    save_file(
+        {k: t.contiguous() for k, t in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"}
+    )
     (out / "model.safetensors").chmod(0o644)
     return sum(t.numel() for t in tensors.values())
 
@@ -124,13 +144,23 @@ def assemble(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int
     # transformers reads the assistant settings from the *draft's* generation config; its defaults (20 tokens,
     # adaptive threshold) are far from the measured best, so pin γ with a constant schedule
     src = draft_dir if (draft_dir / "generation_config.json").is_file() else None
-    gc = GenerationConfig.from_pretrained(src) if src else GenerationConfig.from_model_config(AutoConfig.from_pretrained(out))
-    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = gamma, "constant", 0.0
+    gc = (
+        GenerationConfig.from_pretrained(src)
+        if src
+        else GenerationConfig.from_model_config(AutoConfig.from_pretrained(out))
+    )
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = (
+        gamma,
+        "constant",
+        0.0,
+    )
     gc.save_pretrained(out)
     tok_dir = Path(target_dir) if Path(target_dir).is_dir() else Path(_download_tokenizer(target_dir))
     copied = [f for f in TOKENIZER_FILES if (tok_dir / f).is_file()]
     if not copied:
-        raise UserError(f"the target {target_dir} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...) to ship with the draft")
+        raise UserError(
+            f"the target {target_dir} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...) to ship with the draft"
+        )
     for f in copied:
         shutil.copy2(tok_dir / f, out / f)
     for f in (VOCAB_MAP_FILE, META_FILE):
@@ -145,7 +175,9 @@ def _download_tokenizer(hub_id: str) -> str:
     try:
         return snapshot_download(hub_id, allow_patterns=list(TOKENIZER_FILES))
     except Exception as e:
-        raise UserError(f"could not fetch the tokenizer files of target {hub_id!r} from the Hub: {str(e).splitlines()[0]}") from None
+        raise UserError(
+            f"could not fetch the tokenizer files of target {hub_id!r} from the Hub: {str(e).splitlines()[0]}"
+        ) from None
 
 
 # --- upload
@@ -156,7 +188,9 @@ def get_token() -> str:
 
     token = hf_get_token()  # HF_TOKEN, else the cached `hf auth login`
     if not token:
-        raise UserError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (or use --dry-run OUT_DIR)")
+        raise UserError(
+            "no Hugging Face token: set HF_TOKEN or run `hf auth login` (or use --dry-run OUT_DIR)"
+        )
     return token
 
 
@@ -168,17 +202,23 @@ def check_repo_id(repo_id: str) -> None:
     except HFValidationError as e:
         raise UserError(f"invalid --repo-id {repo_id!r}: {e}") from None
     if repo_id.count("/") != 1:
-        raise UserError(f"invalid --repo-id {repo_id!r}: give it as ORG/NAME (your user name or an organisation, then the repo name)")
+        raise UserError(
+            f"invalid --repo-id {repo_id!r}: give it as ORG/NAME (your user name or an organisation, then the repo name)"
+        )
 
 
 def _refuse_token_in(folder: Path, token: str) -> None:
     needle = token.encode()
     for f in sorted(folder.rglob("*")):
         if f.is_file() and needle in f.read_bytes():
-            raise UserError(f"{f.name} in the assembled folder contains your Hub token; refusing to upload it")
+            raise UserError(
+                f"{f.name} in the assembled folder contains your Hub token; refusing to upload it"
+            )
 
 
-def upload(folder: Path, repo_id: str, token: str, private: bool, revision: str | None, message: str) -> tuple[str, str]:
+def upload(
+    folder: Path, repo_id: str, token: str, private: bool, revision: str | None, message: str
+) -> tuple[str, str]:
     """create_repo (+ the branch), then all files in one commit. Returns (url, commit id)."""
     from huggingface_hub import CommitOperationAdd, HfApi
     from huggingface_hub.errors import HfHubHTTPError
@@ -186,32 +226,45 @@ def upload(folder: Path, repo_id: str, token: str, private: bool, revision: str 
     api = HfApi(token=token)
 
     def fail(what: str, e: Exception, after: str) -> UserError:
-        first = str(e).replace(token, "***").strip().splitlines()[0]
-        return UserError(f"{what} on {api.endpoint} failed: {first}. {after}")
+        said = str(e).strip().splitlines()[0].rstrip(".")
+        if getattr(e, "server_message", None):
+            said += f" (the Hub says: {e.server_message.strip().splitlines()[0]})"
+        return UserError(f"{what} on {api.endpoint} failed: {said}. {after}".replace(token, "***"))
 
     try:
         url = str(api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model"))
         if revision:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
     except HfHubHTTPError as e:
-        raise fail(f"creating {repo_id}" + (f" (branch {revision})" if revision else ""), e,
-                   "Nothing was uploaded; check the token's write access to the organisation.") from None
+        raise fail(
+            f"creating {repo_id}" + (f" (branch {revision})" if revision else ""),
+            e,
+            "Nothing was uploaded; check the token's write access to the organisation.",
+        ) from None
     # upload_folder would do, but with hf_xet installed it may split a folder into several commits; one
     # create_commit with every file is atomic: either the whole draft lands or the remote is unchanged
-    ops = [CommitOperationAdd(path_in_repo=f.relative_to(folder).as_posix(), path_or_fileobj=str(f))
-           for f in sorted(folder.rglob("*")) if f.is_file()]
+    ops = [
+        CommitOperationAdd(path_in_repo=f.relative_to(folder).as_posix(), path_or_fileobj=str(f))
+        for f in sorted(folder.rglob("*"))
+        if f.is_file()
+    ]
     try:
         info = api.create_commit(repo_id, ops, commit_message=message, revision=revision, repo_type="model")
     except (HfHubHTTPError, ValueError, OSError) as e:
-        raise fail(f"the commit of {len(ops)} files to {repo_id}", e,
-                   f"The commit is atomic, so the remote repo is unchanged ({url} exists, without these files); re-run to retry.") from None
+        raise fail(
+            f"the commit of {len(ops)} files to {repo_id}",
+            e,
+            f"The commit is atomic, so the remote repo is unchanged ({url} exists, without these files); re-run to retry.",
+        ) from None
     return (url if not revision else f"{url}/tree/{revision}"), info.oid
 
 
 # --- W&B
 
 
-def log_to_wandb(meta: dict, folder: Path, repo_id: str, url: str, revision: str | None, numbers: dict) -> None:
+def log_to_wandb(
+    meta: dict, folder: Path, repo_id: str, url: str, revision: str | None, numbers: dict
+) -> None:
     """Resume the training run (offline works too) and log the repo URL, the card numbers and the folder."""
     info = meta.get("wandb") or {}
     if not info.get("run_id"):
@@ -219,22 +272,32 @@ def log_to_wandb(meta: dict, folder: Path, repo_id: str, url: str, revision: str
     try:
         import wandb
     except ImportError:
-        print(f"note: the draft was tracked in W&B run {info['run_id']}, but wandb is not installed; not logged there")
+        print(
+            f"note: the draft was tracked in W&B run {info['run_id']}, but wandb is not installed; not logged there"
+        )
         return
     try:
         if info.get("dir"):
             Path(info["dir"]).mkdir(parents=True, exist_ok=True)
         run = wandb.init(project=info.get("project"), id=info["run_id"], resume="allow", dir=info.get("dir"))
-        summary = {"publish/repo_id": repo_id, "publish/repo_url": url, "publish/revision": revision or "main"}
+        summary = {
+            "publish/repo_id": repo_id,
+            "publish/repo_url": url,
+            "publish/revision": revision or "main",
+        }
         summary.update({f"publish/{k}": v for k, v in numbers.items() if v is not None})
         run.summary.update(summary)
         art = wandb.Artifact(f"draft-{repo_id.replace('/', '--')}", type="model", metadata=summary)
         art.add_dir(str(folder))
         run.log_artifact(art, aliases=[revision or "main"])
         run.finish()
-        print(f"logged the repo URL, card numbers and the folder (artifact {art.name}) to W&B run {info['run_id']}")
+        print(
+            f"logged the repo URL, card numbers and the folder (artifact {art.name}) to W&B run {info['run_id']}"
+        )
     except Exception as e:  # the upload already succeeded; W&B trouble must not hide that
-        print(f"warning: could not log to W&B run {info['run_id']}: {type(e).__name__}: {str(e).splitlines()[0]}")
+        print(
+            f"warning: could not log to W&B run {info['run_id']}: {type(e).__name__}: {str(e).splitlines()[0]}"
+        )
 
 
 # --- main
@@ -245,7 +308,9 @@ def publish(args: argparse.Namespace) -> dict:
     meta = read_checkpoint(args.draft_dir)
     token = None if args.dry_run else get_token()  # fail before any slow work
     if args.dry_run and args.dry_run.exists() and any(args.dry_run.iterdir()):
-        raise UserError(f"--dry-run folder {args.dry_run} exists and is not empty; give a new or empty folder")
+        raise UserError(
+            f"--dry-run folder {args.dry_run} exists and is not empty; give a new or empty folder"
+        )
     spec = args.target or meta.get("target")
     if not spec:
         raise UserError(f"{args.draft_dir / META_FILE} names no target; pass --target")
@@ -255,13 +320,15 @@ def publish(args: argparse.Namespace) -> dict:
         report_path, report = modelcard.load_report(args.eval)
         entries = modelcard.select_entries(report, report_path, args.draft_dir)
     elif args.require_eval:
-        raise UserError("--require-eval: give --eval EVAL_DIR (the folder `python -m distill.evaluate` wrote)")
+        raise UserError(
+            "--require-eval: give --eval EVAL_DIR (the folder `python -m distill.evaluate` wrote)"
+        )
     else:
         print("warning: no --eval; the card will say that no speed numbers were measured")
     best = modelcard.headline(entries) if entries else None
     gamma = int(best["gamma"]) if best else DEFAULT_GAMMA
 
-    target, target_tok = load_target(spec, "float32")
+    target, target_tok = load_target(spec, "float32", args.device)
     work = tempfile.TemporaryDirectory(prefix="specdistill-publish-") if not args.dry_run else None
     folder = args.dry_run or Path(work.name) / "repo"
     try:
@@ -272,25 +339,50 @@ def publish(args: argparse.Namespace) -> dict:
             print(f"check {c.name:<11} {'ok  ' if c.ok else 'FAIL'} {c.detail}")
         hub_id = target_hub_id(meta, spec)
         card = modelcard.build_card(
-            repo_id=args.repo_id, target_id=hub_id, target_spec=spec, meta=meta,
-            config=json.loads((folder / "config.json").read_text()), target_config=target.config.to_dict(),
-            n_params=n_params, weights_dtype=args.dtype, entries=entries, checks=checks, gamma=gamma,
-            reduced=(folder / VOCAB_MAP_FILE).is_file(), license=args.license)
+            repo_id=args.repo_id,
+            target_id=hub_id,
+            target_spec=spec,
+            meta=meta,
+            config=json.loads((folder / "config.json").read_text()),
+            target_config=target.config.to_dict(),
+            n_params=n_params,
+            weights_dtype=args.dtype,
+            entries=entries,
+            checks=checks,
+            gamma=gamma,
+            reduced=(folder / VOCAB_MAP_FILE).is_file(),
+            license=args.license,
+        )
         card.save(folder / "README.md")
         failed = [c for c in checks if not c.ok]
         if failed:
             where = f"; the folder is left in {folder} for inspection" if args.dry_run else ""
-            raise UserError("compatibility check failed, nothing uploaded: "
-                            + "; ".join(f"{c.name}: {c.detail}" for c in failed) + where)
+            raise UserError(
+                "compatibility check failed, nothing uploaded: "
+                + "; ".join(f"{c.name}: {c.detail}" for c in failed)
+                + where
+            )
         numbers = modelcard.card_numbers(best) if best else {}
-        result = {"repo_id": args.repo_id, "folder": str(folder) if args.dry_run else None, "dry_run": bool(args.dry_run),
-                  "checks": {c.name: c.ok for c in checks}, "gamma": gamma, "numbers": numbers}
+        result = {
+            "repo_id": args.repo_id,
+            "folder": str(folder) if args.dry_run else None,
+            "dry_run": bool(args.dry_run),
+            "checks": {c.name: c.ok for c in checks},
+            "gamma": gamma,
+            "numbers": numbers,
+        }
         if args.dry_run:
             print(f"dry run: wrote {folder}; nothing uploaded")
             return result
         _refuse_token_in(folder, token)
-        url, commit = upload(folder, args.repo_id, token, args.private, args.revision,
-                             f"Publish draft for {hub_id or spec} (specdistill)")
+        url, commit = upload(
+            folder,
+            args.repo_id,
+            token,
+            args.private,
+            args.revision,
+            f"Publish draft for {hub_id or spec} (specdistill)",
+        )
         print(f"published {url} (commit {commit})")
         log_to_wandb(meta, folder, args.repo_id, url, args.revision, numbers)
         return {**result, "url": url, "commit": commit, "revision": args.revision or "main"}

@@ -242,7 +242,7 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
         meta = {
             "target": cfg.target,
             "target_name": DEFAULT_HUB_ID if cfg.target == DEFAULT_TARGET else cfg.target,
-            "design": {**asdict(design), "layers": design.layer_indices(draft_layers_of_target()), **card},
+            "design": {**asdict(design), **card, "layers": design.layer_indices(draft_layers_of_target())},
             "init": cfg.init,
             "loss": cfg.loss,
             "data": {"path": cfg.data, "rows": len(ds), "tokens": sum(len(r) for r in ds["response_ids"]),

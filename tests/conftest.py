@@ -45,7 +45,9 @@ def _tiny(cls, config_cls, seed: int, vocab: int, layers: int, hidden: int, init
 def tiny_llama():
     """Factory: tiny_llama(seed, vocab=97, layers=2, hidden=32, init=0.5, **config overrides) -> LlamaForCausalLM."""
 
-    def make(seed: int = 0, vocab: int = TINY_VOCAB, layers: int = 2, hidden: int = 32, init: float = 0.5, **kw):
+    def make(
+        seed: int = 0, vocab: int = TINY_VOCAB, layers: int = 2, hidden: int = 32, init: float = 0.5, **kw
+    ):
         return _tiny(LlamaForCausalLM, LlamaConfig, seed, vocab, layers, hidden, init, **kw)
 
     return make
@@ -55,7 +57,9 @@ def tiny_llama():
 def tiny_qwen2():
     """Factory: tiny Qwen2ForCausalLM (q/k/v projections with bias, o_proj without)."""
 
-    def make(seed: int = 0, vocab: int = TINY_VOCAB, layers: int = 2, hidden: int = 32, init: float = 0.5, **kw):
+    def make(
+        seed: int = 0, vocab: int = TINY_VOCAB, layers: int = 2, hidden: int = 32, init: float = 0.5, **kw
+    ):
         return _tiny(Qwen2ForCausalLM, Qwen2Config, seed, vocab, layers, hidden, init, **kw)
 
     return make
@@ -259,11 +263,25 @@ def tiny_collected(tmp_path_factory):
     model.save_pretrained(target)
     tok.save_pretrained(target)
 
-    topics = ["the sea", "a red bicycle", "prime numbers", "bread", "the moon", "Python lists", "rain", "chess"]
+    topics = [
+        "the sea",
+        "a red bicycle",
+        "prime numbers",
+        "bread",
+        "the moon",
+        "Python lists",
+        "rain",
+        "chess",
+    ]
     asks = ["Write a short poem about {}.", "Explain {} to a child.", "List three facts about {}."]
-    train = [{"id": f"t{i}", "category": "chat", "messages": [{"role": "user", "content": a.format(t)}]}
-             for i, (a, t) in enumerate((a, t) for a in asks for t in topics)]
-    heldout = [{"id": f"h{i}", "category": "qa", "prompt": f"Question {i}: what is {i} times {i + 1}?"} for i in range(8)]
+    train = [
+        {"id": f"t{i}", "category": "chat", "messages": [{"role": "user", "content": a.format(t)}]}
+        for i, (a, t) in enumerate((a, t) for a in asks for t in topics)
+    ]
+    heldout = [
+        {"id": f"h{i}", "category": "qa", "prompt": f"Question {i}: what is {i} times {i + 1}?"}
+        for i in range(8)
+    ]
     n_threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: op overhead dominates, one thread is faster on a busy box
     try:
@@ -272,8 +290,16 @@ def tiny_collected(tmp_path_factory):
             prompts = root / f"{name}.jsonl"
             prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
             out[name] = str(root / name)
-            run(CollectConfig(target=str(target), prompts=str(prompts), output=out[name], max_new_tokens=12, topk=8,
-                              batch_size=8))
+            run(
+                CollectConfig(
+                    target=str(target),
+                    prompts=str(prompts),
+                    output=out[name],
+                    max_new_tokens=12,
+                    topk=8,
+                    batch_size=8,
+                )
+            )
     finally:
         torch.set_num_threads(n_threads)
     return SimpleNamespace(target=str(target), data=out["data"], heldout=out["heldout"], tokenizer=tok)

@@ -31,7 +31,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-GITATTRIBUTES = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+GITATTRIBUTES = (
+    b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+)
 
 
 def blob_oid(data: bytes) -> str:
@@ -50,7 +52,9 @@ class Repo:
 
 
 class HubStandin:
-    def __init__(self, token: str | None = None, log: Path | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, token: str | None = None, log: Path | None = None, host: str = "127.0.0.1", port: int = 0
+    ):
         self.token, self.log_path = token, Path(log) if log else None
         self.repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status), for tests
@@ -79,8 +83,11 @@ class HubStandin:
         return repo.commits[repo.commit_of(rev)]["files"]
 
     def new_commit(self, repo: Repo, parent: str | None, summary: str, files: dict) -> str:
-        oid = hashlib.sha1(json.dumps([parent, summary, sorted((p, blob_oid(b)) for p, b in files.items()),
-                                       len(repo.commits)]).encode()).hexdigest()
+        oid = hashlib.sha1(
+            json.dumps(
+                [parent, summary, sorted((p, blob_oid(b)) for p, b in files.items()), len(repo.commits)]
+            ).encode()
+        ).hexdigest()
         repo.commits[oid] = {"parent": parent, "summary": summary, "files": files}
         return oid
 
@@ -97,7 +104,9 @@ def _handler(hub: HubStandin):
         def _send(self, status: int, body=b"", headers: dict | None = None, head: bool = False):
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/octet-stream" if isinstance(body, bytes) else "application/json")
+            self.send_header(
+                "Content-Type", "application/octet-stream" if isinstance(body, bytes) else "application/json"
+            )
             self.send_header("Content-Length", str(len(data)))
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
@@ -150,8 +159,11 @@ def _handler(hub: HubStandin):
         def do_GET(self, head: bool = False):
             parts, query = self._parts()
             if parts[:2] == ["api", "whoami-v2"]:
-                return self._send(200, {"type": "user", "name": "standin-user"}) if self._authorized() else \
-                    self._error(401, "Invalid credentials in Authorization header")
+                return (
+                    self._send(200, {"type": "user", "name": "standin-user"})
+                    if self._authorized()
+                    else self._error(401, "Invalid credentials in Authorization header")
+                )
             if parts[:2] == ["api", "models"] and len(parts) >= 4:
                 repo_id, rest = f"{parts[2]}/{parts[3]}", parts[4:]
                 if not rest or rest[0] == "revision":
@@ -173,11 +185,18 @@ def _handler(hub: HubStandin):
             repo_id = f"{payload.get('organization')}/{payload['name']}"
             url = f"{hub.url}/{repo_id}"
             with hub.lock:
-                if repo_id in hub.repos:  # the Hub's 409 carries the url too; create_repo(exist_ok=True) reads it
-                    return self._send(409, {"error": "You already created this model repo", "url": url},
-                                      {"X-Error-Message": "You already created this model repo"})
+                if (
+                    repo_id in hub.repos
+                ):  # the Hub's 409 carries the url too; create_repo(exist_ok=True) reads it
+                    return self._send(
+                        409,
+                        {"error": "You already created this model repo", "url": url},
+                        {"X-Error-Message": "You already created this model repo"},
+                    )
                 repo = Repo(private=payload.get("visibility") == "private" or bool(payload.get("private")))
-                repo.branches["main"] = hub.new_commit(repo, None, "initial commit", {".gitattributes": GITATTRIBUTES})
+                repo.branches["main"] = hub.new_commit(
+                    repo, None, "initial commit", {".gitattributes": GITATTRIBUTES}
+                )
                 hub.repos[repo_id] = repo
             hub.log({"event": "create_repo", "repo": repo_id, "private": repo.private})
             return self._send(200, {"url": url, "name": repo_id, "id": repo_id})
@@ -194,13 +213,22 @@ def _handler(hub: HubStandin):
 
         def _preupload(self, repo: Repo, rev: str, payload: dict):
             files = repo.commits[repo.commit_of(rev)]["files"]
-            out = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
-                    "oid": blob_oid(files[f["path"]]) if f["path"] in files else None} for f in payload["files"]]
+            out = [
+                {
+                    "path": f["path"],
+                    "uploadMode": "regular",
+                    "shouldIgnore": False,
+                    "oid": blob_oid(files[f["path"]]) if f["path"] in files else None,
+                }
+                for f in payload["files"]
+            ]
             return self._send(200, {"files": out, "commitOid": repo.commit_of(rev)})
 
         def _commit(self, repo_id: str, repo: Repo, rev: str, body: bytes):
             if "commit" in hub.fail:
-                hub.log({"event": "commit_failed", "repo": repo_id, "branch": rev, "status": hub.fail["commit"]})
+                hub.log(
+                    {"event": "commit_failed", "repo": repo_id, "branch": rev, "status": hub.fail["commit"]}
+                )
                 return self._error(hub.fail["commit"], "stand-in: commit failure injected")
             parent = repo.commit_of(rev)
             files = dict(repo.commits[parent]["files"])
@@ -213,7 +241,9 @@ def _handler(hub: HubStandin):
                 elif key == "file":
                     data = base64.b64decode(value["content"])
                     files[value["path"]] = data
-                    changed.append({"path": value["path"], "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+                    changed.append(
+                        {"path": value["path"], "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                    )
                 elif key == "deletedFile":
                     files.pop(value["path"], None)
                     changed.append({"path": value["path"], "deleted": True})
@@ -222,10 +252,21 @@ def _handler(hub: HubStandin):
             oid = hub.new_commit(repo, parent, header.get("summary", ""), files)
             if rev in repo.branches:
                 repo.branches[rev] = oid
-            hub.log({"event": "commit", "repo": repo_id, "branch": rev, "commit": oid, "parent": parent,
-                     "summary": header.get("summary"), "files": changed})
-            return self._send(200, {"commitUrl": f"{hub.url}/{repo_id}/commit/{oid}", "commitOid": oid,
-                                    "pullRequestUrl": None})
+            hub.log(
+                {
+                    "event": "commit",
+                    "repo": repo_id,
+                    "branch": rev,
+                    "commit": oid,
+                    "parent": parent,
+                    "summary": header.get("summary"),
+                    "files": changed,
+                }
+            )
+            return self._send(
+                200,
+                {"commitUrl": f"{hub.url}/{repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None},
+            )
 
         def _lookup(self, repo_id: str, rev: str, head: bool = False):
             repo = hub.repos.get(repo_id)
@@ -241,8 +282,17 @@ def _handler(hub: HubStandin):
             if oid is None:
                 return
             files = repo.commits[oid]["files"]
-            return self._send(200, {"id": repo_id, "modelId": repo_id, "sha": oid, "private": repo.private,
-                                    "siblings": [{"rfilename": p} for p in sorted(files)], "tags": []})
+            return self._send(
+                200,
+                {
+                    "id": repo_id,
+                    "modelId": repo_id,
+                    "sha": oid,
+                    "private": repo.private,
+                    "siblings": [{"rfilename": p} for p in sorted(files)],
+                    "tags": [],
+                },
+            )
 
         def _tree(self, repo_id: str, rev: str, prefix: str, query: dict):
             repo, oid = self._lookup(repo_id, rev)
@@ -254,7 +304,7 @@ def _handler(hub: HubStandin):
             for path, data in sorted(repo.commits[oid]["files"].items()):
                 if not path.startswith(prefix):
                     continue
-                rest = path[len(prefix):].split("/")
+                rest = path[len(prefix) :].split("/")
                 for i in range(1, len(rest) if recursive else min(2, len(rest))):
                     dirs.add(prefix + "/".join(rest[:i]))
                 if recursive or len(rest) == 1:

@@ -8,6 +8,8 @@ from decode.errors import UserError
 from decode.sampling import logits_to_probs
 from decode.speculative import Schedule
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
 # --- greedy: exact match with the target's argmax
 
 
@@ -74,7 +76,7 @@ def test_correction_is_drawn_from_the_normalised_residual():
     g = torch.Generator().manual_seed(2)
     p = torch.stack([_dist(0.5, 0.3, 0.2, 0.0), _dist(1, 1, 1, 1)])
     q = _dist(0.1, 0.6, 0.1, 0.2)[None]
-    n_draws, rejected, correction = 20000, 0, torch.zeros(4)
+    n_draws, rejected, correction = 10000, 0, torch.zeros(4)
     for _ in range(n_draws):
         n, nxt = accept_sampled([1], q, p, g)
         if n == 0:
@@ -86,17 +88,17 @@ def test_correction_is_drawn_from_the_normalised_residual():
 
 
 def test_draft_then_accept_reproduces_the_target_distribution():
-    """The theorem itself: d ~ q, then accept/correct, gives exactly p (checked per token with 40k draws)."""
+    """The theorem itself: d ~ q, then accept/correct, gives exactly p (checked per token with 16k draws)."""
     g = torch.Generator().manual_seed(3)
     p = torch.stack([_dist(0.05, 0.4, 0.3, 0.05, 0.2), _dist(1, 1, 1, 1, 1)])
     q = _dist(0.4, 0.1, 0.3, 0.15, 0.05)[None]
     counts = torch.zeros(5)
-    n_draws = 40000
+    n_draws = 16000
     d = torch.multinomial(q[0], n_draws, replacement=True, generator=g).tolist()
     for di in d:
         n, nxt = accept_sampled([di], q, p, g)
         counts[di if n == 1 else nxt] += 1
-    assert torch.allclose(counts / n_draws, p[0], atol=0.01), (counts / n_draws, p[0])
+    assert torch.allclose(counts / n_draws, p[0], atol=0.015), (counts / n_draws, p[0])
 
 
 def test_draft_probability_above_target_accepts_with_ratio():
@@ -128,10 +130,16 @@ def test_accept_applies_sampling_params_to_target_logits():
 def test_logits_to_probs_top_k_top_p_temperature():
     logits = torch.log(torch.tensor([0.5, 0.25, 0.15, 0.1]))
     assert torch.allclose(logits_to_probs(logits, SamplingParams(1.0)), torch.tensor([0.5, 0.25, 0.15, 0.1]))
-    assert torch.allclose(logits_to_probs(logits, SamplingParams(1.0, top_k=2)), torch.tensor([2 / 3, 1 / 3, 0, 0]))
+    assert torch.allclose(
+        logits_to_probs(logits, SamplingParams(1.0, top_k=2)), torch.tensor([2 / 3, 1 / 3, 0, 0])
+    )
     # top_p keeps the smallest prefix whose mass reaches p: 0.5 + 0.25 >= 0.7
-    assert torch.allclose(logits_to_probs(logits, SamplingParams(1.0, top_p=0.7)), torch.tensor([2 / 3, 1 / 3, 0, 0]))
-    assert torch.allclose(logits_to_probs(logits, SamplingParams(1.0, top_p=0.1)), torch.tensor([1.0, 0, 0, 0]))
+    assert torch.allclose(
+        logits_to_probs(logits, SamplingParams(1.0, top_p=0.7)), torch.tensor([2 / 3, 1 / 3, 0, 0])
+    )
+    assert torch.allclose(
+        logits_to_probs(logits, SamplingParams(1.0, top_p=0.1)), torch.tensor([1.0, 0, 0, 0])
+    )
     cold = logits_to_probs(logits, SamplingParams(0.5))
     assert torch.allclose(cold, torch.softmax(logits * 2, -1))
 
@@ -155,7 +163,9 @@ def test_sampling_params_reject_bad_values(kwargs, words):
 
 
 def test_stats_metrics_and_merge():
-    a = Stats(new_tokens=9, rounds=3, proposed=9, accepted=6, target_forwards=4, accept_histogram=[0, 1, 1, 1])
+    a = Stats(
+        new_tokens=9, rounds=3, proposed=9, accepted=6, target_forwards=4, accept_histogram=[0, 1, 1, 1]
+    )
     assert a.acceptance_rate == 6 / 9
     assert a.tau == (6 + 3) / 3
     b = Stats(new_tokens=2, rounds=2, proposed=4, accepted=0, target_forwards=3, accept_histogram=[2])

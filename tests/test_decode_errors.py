@@ -219,7 +219,10 @@ def test_bench_cli_bad_prompt_file_exits_with_one_line(tmp_path):
     bad = _write(tmp_path / "bad.jsonl", [GOOD, "{oops"])
     proc = subprocess.run(
         [sys.executable, "-m", "decode.bench", "--prompts", str(bad), "--out", str(tmp_path / "r.json")],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
     assert proc.returncode != 0
     assert proc.stderr.startswith("error:"), proc.stderr

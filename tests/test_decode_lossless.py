@@ -98,8 +98,16 @@ def test_gpt2_target_lossless_through_hf_runner(hf_greedy):
 
     def gpt2(seed):
         torch.manual_seed(seed)
-        cfg = GPT2Config(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=128, initializer_range=0.5,
-                         bos_token_id=None, eos_token_id=None)
+        cfg = GPT2Config(
+            vocab_size=97,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=128,
+            initializer_range=0.5,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
         return GPT2LMHeadModel(cfg).eval()
 
     target, draft = gpt2(0), gpt2(1)
@@ -122,7 +130,9 @@ def test_draft_equal_to_target_accepts_everything(gamma, runner, tiny_llama):
         target = tiny_llama(seed)
         prompt = _prompt(seed)
         want, _ = generate(target, None, prompt, n_new)
-        out, stats = generate(_wrap(target, runner), _wrap(target, runner), prompt, n_new, gamma, eos_token_ids=())
+        out, stats = generate(
+            _wrap(target, runner), _wrap(target, runner), prompt, n_new, gamma, eos_token_ids=()
+        )
         assert out == want
         assert stats.acceptance_rate == 1.0
         assert stats.tau == gamma + 1
@@ -166,8 +176,41 @@ def test_reduced_vocabulary_draft_gets_accepted(tiny_llama):
     ids = sorted(set(want) | set(prompt) | set(range(30)))
     vocab_map = torch.tensor(ids)
     draft = tiny_llama(7, vocab=len(ids))
-    draft.load_state_dict({k: (v[vocab_map] if v.shape[:1] == (97,) else v) for k, v in target.state_dict().items()})
+    draft.load_state_dict(
+        {k: (v[vocab_map] if v.shape[:1] == (97,) else v) for k, v in target.state_dict().items()}
+    )
     # restricting the head to a subset keeps the argmax whenever the argmax is in the subset
     out, stats = generate(target, draft, prompt, 13, 3, vocab_map=vocab_map)
     assert out == want
     assert stats.acceptance_rate == 1.0
+
+
+@pytest.mark.parametrize("sliding_window", [64, 16], ids=["sequence-within-window", "sequence-beyond-window"])
+def test_sliding_window_model_is_lossless(sliding_window, hf_greedy):
+    """Mistral-type models carry `sliding_window` (Mistral-7B-v0.1: 4096). 40 tokens fit a 64-token window, yet
+    FastLlama.new_cache refuses because the decoder sizes its cache with 4γ+2 spare positions; and beyond the
+    window neither runner works (HF's sliding-window cache cannot be cropped)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    def mistral(seed):
+        torch.manual_seed(seed)
+        cfg = MistralConfig(
+            vocab_size=97,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            sliding_window=sliding_window,
+            initializer_range=0.5,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
+        return MistralForCausalLM(cfg).eval()
+
+    target, draft = mistral(0), mistral(1)
+    prompt = list(range(3, 23))
+    want = hf_greedy(target, prompt, 20)
+    for gamma in (4, 8):
+        out, _ = generate(target, draft, prompt, 20, gamma)
+        assert out == want, f"gamma {gamma}"

@@ -48,10 +48,18 @@ def test_layer_draft_greedy_equals_target_alone_and_hf_generate(default_target, 
         assert stats.proposed > 0
         x = torch.tensor([ids])
         with torch.inference_mode():
-            y = target.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=N_NEW,
-                                eos_token_id=list(eos), pad_token_id=tok.pad_token_id or eos[0],
-                                temperature=None, top_p=None, top_k=None)
-        assert y[0, len(ids):].tolist() == alone
+            y = target.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                do_sample=False,
+                max_new_tokens=N_NEW,
+                eos_token_id=list(eos),
+                pad_token_id=tok.pad_token_id or eos[0],
+                temperature=None,
+                top_p=None,
+                top_k=None,
+            )
+        assert y[0, len(ids) :].tolist() == alone
 
 
 def test_default_draft_is_the_target_and_accepts_everything(default_target, prompts):
@@ -65,16 +73,21 @@ def test_default_draft_is_the_target_and_accepts_everything(default_target, prom
     assert stats.acceptance_rate == 1.0 and stats.tau == gamma + 1
 
 
-BENCH_KEYS = {"target", "draft", "device", "dtype", "prompts", "max_new_tokens", "temperature", "gamma", "schedule",
-              "baseline", "speculative", "hf_assisted", "speedup", "speedup_vs_hf_assisted", "lossless",
-              "per_category", "cost_model"}
+# DESIGN.md "Bench / evaluation result"
+BENCH_KEYS = set(
+    "target draft device dtype prompts max_new_tokens temperature gamma schedule baseline speculative hf_assisted"
+    " speedup speedup_vs_hf_assisted lossless per_category cost_model".split()
+)
 
 
 def test_bench_end_to_end_json(tmp_path):
     out_file = tmp_path / "sub" / "result.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "decode.bench", "--limit", "2", "--max-new-tokens", "8", "--out", str(out_file)],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+        [sys.executable, "-m", "decode.bench", *f"--limit 2 --max-new-tokens 8 --out {out_file}".split()],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out_file.read_text())
@@ -86,8 +99,8 @@ def test_bench_end_to_end_json(tmp_path):
     assert result["schedule"] == "constant" and result["temperature"] == 0.0 and result["dtype"] == "float32"
     assert set(result["baseline"]) == {"tokens", "seconds", "tokens_per_s"}
     spec = result["speculative"]
-    assert {"tokens", "seconds", "tokens_per_s", "acceptance_rate", "tau", "target_forwards", "draft_forwards",
-            "accept_histogram"} <= spec.keys()
+    want = "tokens seconds tokens_per_s acceptance_rate tau target_forwards draft_forwards accept_histogram"
+    assert set(want.split()) <= spec.keys()
     assert spec["tokens"] == result["baseline"]["tokens"] <= 2 * 8
     assert 0 <= spec["acceptance_rate"] <= 1 and 1 <= spec["tau"] <= 5
     assert sum(spec["accept_histogram"]) == spec["rounds"] and spec["target_forwards"] == spec["rounds"] + 2
@@ -97,5 +110,5 @@ def test_bench_end_to_end_json(tmp_path):
     assert result["speedup"] > 0 and result["speedup_vs_hf_assisted"] > 0
     assert sum(c["prompts"] for c in result["per_category"].values()) == 2
     cm = result["cost_model"]
-    assert {"c", "v", "alpha", "predicted_tau", "predicted_speedup", "measured_speedup", "best_gamma"} <= cm.keys()
+    assert set("c v alpha predicted_tau predicted_speedup measured_speedup best_gamma".split()) <= cm.keys()
     assert cm["alpha"] == spec["acceptance_rate"]

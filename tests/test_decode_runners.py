@@ -107,8 +107,16 @@ def test_mistral_without_sliding_window_matches_hf():
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
-    cfg = MistralConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, sliding_window=None, initializer_range=0.1)
+    cfg = MistralConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=None,
+        initializer_range=0.1,
+    )
     model = MistralForCausalLM(cfg).eval()
     runner = runner_for(model)
     assert isinstance(runner, FastLlama)

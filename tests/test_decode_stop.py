@@ -42,8 +42,9 @@ def test_eos_ends_the_output(setup, gamma, schedule):
     for pos in (0, 3, 9, 17):
         eos = ref[pos]
         first = ref.index(eos)  # the first occurrence ends generation
-        out, stats = generate(target, draft if gamma else None, PROMPT, 40, max(gamma, 1), schedule,
-                              eos_token_ids=(eos,))
+        out, stats = generate(
+            target, draft if gamma else None, PROMPT, 40, max(gamma, 1), schedule, eos_token_ids=(eos,)
+        )
         assert out == ref[: first + 1]
         assert out[-1] == eos and eos not in out[:-1]
         assert stats.new_tokens == len(out)
@@ -65,8 +66,9 @@ def test_stop_string_truncates_after_the_completing_token(setup, gamma):
         stop = f"<{ref[pos]}>" if pos == 0 else f"{ref[pos - 1]}><{ref[pos]}"  # spans two tokens except at 0
         # the first position where the decoded output contains the stop string
         end = next(i for i in range(len(ref)) if stop in tok.decode(ref[: i + 1]))
-        out, _ = generate(target, draft if gamma else None, PROMPT, 40, max(gamma, 1),
-                          stop_strings=(stop,), tokenizer=tok)
+        out, _ = generate(
+            target, draft if gamma else None, PROMPT, 40, max(gamma, 1), stop_strings=(stop,), tokenizer=tok
+        )
         assert out == ref[: end + 1], (stop, out, ref)
 
 

@@ -104,7 +104,9 @@ def test_draft_from_layers_copies_the_chosen_layers(tiny_llama):
     assert draft.config.num_hidden_layers == 2 and target.config.num_hidden_layers == 3
     sd_t, sd_d = target.state_dict(), draft.state_dict()
     assert torch.equal(sd_d["model.layers.1.mlp.up_proj.weight"], sd_t["model.layers.2.mlp.up_proj.weight"])
-    assert torch.equal(sd_d["model.layers.0.self_attn.q_proj.weight"], sd_t["model.layers.0.self_attn.q_proj.weight"])
+    assert torch.equal(
+        sd_d["model.layers.0.self_attn.q_proj.weight"], sd_t["model.layers.0.self_attn.q_proj.weight"]
+    )
     assert torch.equal(sd_d["lm_head.weight"], sd_t["lm_head.weight"])
     # all layers: the same function as the target; and the decoder stays lossless with a partial copy
     full = targets.draft_from_layers(target, [0, 1, 2])

@@ -14,7 +14,15 @@ import torch
 
 from decode.errors import UserError
 from decode.speculative import generate
-from distill.draft import DraftDesign, _prune, apply_freeze, build_draft, describe, frequent_tokens, importance
+from distill.draft import (
+    DraftDesign,
+    _prune,
+    apply_freeze,
+    build_draft,
+    describe,
+    frequent_tokens,
+    importance,
+)
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -54,20 +62,33 @@ def _layer_key(key: str, layers: list[int]) -> str:
     return ".".join(parts)
 
 
-def _expected_shapes(V: int, H: int, inter: int, nh: int, nkv: int, n_layers: int, bias: bool = False) -> dict:
+def _expected_shapes(
+    V: int, H: int, inter: int, nh: int, nkv: int, n_layers: int, bias: bool = False
+) -> dict:
     shapes = {"model.embed_tokens.weight": (V, H), "lm_head.weight": (V, H), "model.norm.weight": (H,)}
     for d in range(n_layers):
         q = f"model.layers.{d}."
-        shapes.update({
-            q + "input_layernorm.weight": (H,), q + "post_attention_layernorm.weight": (H,),
-            q + "self_attn.q_proj.weight": (nh * HD, H), q + "self_attn.k_proj.weight": (nkv * HD, H),
-            q + "self_attn.v_proj.weight": (nkv * HD, H), q + "self_attn.o_proj.weight": (H, nh * HD),
-            q + "mlp.gate_proj.weight": (inter, H), q + "mlp.up_proj.weight": (inter, H),
-            q + "mlp.down_proj.weight": (H, inter),
-        })
+        shapes.update(
+            {
+                q + "input_layernorm.weight": (H,),
+                q + "post_attention_layernorm.weight": (H,),
+                q + "self_attn.q_proj.weight": (nh * HD, H),
+                q + "self_attn.k_proj.weight": (nkv * HD, H),
+                q + "self_attn.v_proj.weight": (nkv * HD, H),
+                q + "self_attn.o_proj.weight": (H, nh * HD),
+                q + "mlp.gate_proj.weight": (inter, H),
+                q + "mlp.up_proj.weight": (inter, H),
+                q + "mlp.down_proj.weight": (H, inter),
+            }
+        )
         if bias:
-            shapes.update({q + "self_attn.q_proj.bias": (nh * HD,), q + "self_attn.k_proj.bias": (nkv * HD,),
-                           q + "self_attn.v_proj.bias": (nkv * HD,)})
+            shapes.update(
+                {
+                    q + "self_attn.q_proj.bias": (nh * HD,),
+                    q + "self_attn.k_proj.bias": (nkv * HD,),
+                    q + "self_attn.v_proj.bias": (nkv * HD,),
+                }
+            )
     return shapes
 
 
@@ -106,8 +127,8 @@ def dominant_target(tiny_llama):
             layer.mlp.up_proj.weight[F_DOM] *= 30
             layer.mlp.down_proj.weight[:, F_DOM] /= 30
             g = KV_DOM[i]  # KV group g feeds query heads 2g, 2g+1
-            layer.self_attn.v_proj.weight[g * HD:(g + 1) * HD] *= 30
-            layer.self_attn.o_proj.weight[:, 2 * g * HD:(2 * g + 2) * HD] /= 30
+            layer.self_attn.v_proj.weight[g * HD : (g + 1) * HD] *= 30
+            layer.self_attn.o_proj.weight[:, 2 * g * HD : (2 * g + 2) * HD] /= 30
     return model
 
 
@@ -118,18 +139,29 @@ def test_importance_ranks_the_dominant_channels(dominant_target):
         assert sorted(torch.topk(imp["ffn"][i], len(F_DOM)).indices.tolist()) == F_DOM
         heads = imp["heads"][i]
         g = KV_DOM[i]
-        assert heads.shape == (4,) and min(heads[2 * g:2 * g + 2]) > max(heads[2 - 2 * g:4 - 2 * g])
+        assert heads.shape == (4,) and min(heads[2 * g : 2 * g + 2]) > max(heads[2 - 2 * g : 4 - 2 * g])
 
 
 def test_prune_keeps_the_important_channels_and_heads(dominant_target, tok):
-    design = DraftDesign(layers=2, init="prune", hidden_size=16, intermediate_size=32, num_attention_heads=2,
-                         num_key_value_heads=1)
+    design = DraftDesign(
+        layers=2,
+        init="prune",
+        hidden_size=16,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     draft, _ = build_draft(design, dominant_target, tok, _seqs(4))
     # every tensor has the design's shape (nothing more, nothing less)
     got = {k: tuple(v.shape) for k, v in draft.state_dict().items()}
     assert got == _expected_shapes(97, 16, 32, 2, 1, 2)
     c = draft.config
-    assert (c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads) == (16, 32, 2, 1)
+    assert (c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads) == (
+        16,
+        32,
+        2,
+        1,
+    )
 
     src, dst = dominant_target.state_dict(), draft.state_dict()
     hk = _match_rows(src["model.embed_tokens.weight"].T, dst["model.embed_tokens.weight"].T)
@@ -139,8 +171,11 @@ def test_prune_keeps_the_important_channels_and_heads(dominant_target, tok):
         fk = _match_rows(src[p + "mlp.up_proj.weight"][:, hk], dst[p + "mlp.up_proj.weight"])
         assert set(F_DOM) <= set(fk)
         assert torch.equal(dst[p + "mlp.down_proj.weight"], src[p + "mlp.down_proj.weight"][hk][:, fk])
+
         # whole KV group kept, with both of its query heads
-        def heads(name: str, n_src: int, n_dst: int) -> list[int]:  # which target heads the draft's rows are
+        def heads(
+            name: str, n_src: int, n_dst: int, p: str = p
+        ) -> list[int]:  # target heads of the draft's rows
             return _match_rows(src[p + name][:, hk].reshape(n_src, -1), dst[p + name].reshape(n_dst, -1))
 
         kv, q = heads("self_attn.k_proj.weight", 2, 1), heads("self_attn.q_proj.weight", 4, 2)
@@ -155,12 +190,22 @@ def test_prune_keeps_the_important_channels_and_heads(dominant_target, tok):
 
 def test_prune_picks_query_heads_within_each_kept_group(tiny_llama):
     target = tiny_llama(seed=2, layers=1)
-    imp = {"hidden": torch.arange(32.0), "ffn": [torch.arange(64.0)], "heads": [torch.tensor([1.0, 5.0, 3.0, 2.0])]}
+    imp = {
+        "hidden": torch.arange(32.0),
+        "ffn": [torch.arange(64.0)],
+        "heads": [torch.tensor([1.0, 5.0, 3.0, 2.0])],
+    }
     src = target.state_dict()
     hk = list(range(16, 32))
     for nh, nkv, q_heads in ((2, 2, [1, 2]), (1, 1, [1])):  # groups (0,1) sum 6 > (2,3) sum 5
-        design = DraftDesign(layers=1, init="prune", hidden_size=16, intermediate_size=32, num_attention_heads=nh,
-                             num_key_value_heads=nkv)
+        design = DraftDesign(
+            layers=1,
+            init="prune",
+            hidden_size=16,
+            intermediate_size=32,
+            num_attention_heads=nh,
+            num_key_value_heads=nkv,
+        )
         draft = _prune(target, [0], design, imp)
         qr = [h * HD + j for h in q_heads for j in range(HD)]
         q = draft.state_dict()["model.layers.0.self_attn.q_proj.weight"]
@@ -177,16 +222,24 @@ def test_prune_to_the_full_width_reproduces_the_target(tiny_llama, tok):
 
 def test_prune_qwen2_keeps_biases(tiny_qwen2, tok):
     target = tiny_qwen2(seed=4, layers=2)
-    design = DraftDesign(layers=[1], init="prune", hidden_size=16, intermediate_size=32, num_attention_heads=2)
+    design = DraftDesign(
+        layers=[1], init="prune", hidden_size=16, intermediate_size=32, num_attention_heads=2
+    )
     draft, _ = build_draft(design, target, tok, _seqs(2))
     got = {k: tuple(v.shape) for k, v in draft.state_dict().items()}
-    assert got == _expected_shapes(97, 16, 32, 2, 2, 1, bias=True)  # KV heads default to min(target's 2, heads 2)
+    assert got == _expected_shapes(
+        97, 16, 32, 2, 2, 1, bias=True
+    )  # KV heads default to min(target's 2, heads 2)
     src, dst = target.state_dict(), draft.state_dict()
     hk = _match_rows(src["model.embed_tokens.weight"].T, dst["model.embed_tokens.weight"].T)
-    q_heads = _match_rows(src["model.layers.1.self_attn.q_proj.weight"][:, hk].reshape(4, -1),
-                          dst["model.layers.0.self_attn.q_proj.weight"].reshape(2, -1))
+    q_heads = _match_rows(
+        src["model.layers.1.self_attn.q_proj.weight"][:, hk].reshape(4, -1),
+        dst["model.layers.0.self_attn.q_proj.weight"].reshape(2, -1),
+    )
     qr = [h * HD + j for h in q_heads for j in range(HD)]
-    assert torch.equal(dst["model.layers.0.self_attn.q_proj.bias"], src["model.layers.1.self_attn.q_proj.bias"][qr])
+    assert torch.equal(
+        dst["model.layers.0.self_attn.q_proj.bias"], src["model.layers.1.self_attn.q_proj.bias"][qr]
+    )
     with torch.no_grad():
         assert torch.isfinite(draft(torch.tensor([[3, 4, 5]])).logits).all()
 
@@ -195,8 +248,14 @@ def test_prune_qwen2_keeps_biases(tiny_qwen2, tok):
 
 
 def test_random_init_follows_the_design(target4, tok):
-    design = DraftDesign(layers=3, init="random", hidden_size=48, intermediate_size=96, num_attention_heads=4,
-                         num_key_value_heads=2)
+    design = DraftDesign(
+        layers=3,
+        init="random",
+        hidden_size=48,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     a, _ = build_draft(design, target4, tok, seed=0)
     b, _ = build_draft(design, target4, tok, seed=0)
     c, _ = build_draft(design, target4, tok, seed=1)
@@ -287,7 +346,9 @@ def test_freeze(tiny_llama, tok):
     apply_freeze(draft, ["head"])
     assert _frozen(draft) == {"lm_head.weight"}
     apply_freeze(draft, ["norm"])
-    assert _frozen(draft) == {n for n, _ in draft.named_parameters() if "norm" in n} and len(_frozen(draft)) == 5
+    assert (
+        _frozen(draft) == {n for n, _ in draft.named_parameters() if "norm" in n} and len(_frozen(draft)) == 5
+    )
     apply_freeze(draft, [])
     assert _frozen(draft) == set()
     # a tied head freezes with the embeddings (the documented default: embeddings tied to the target stay frozen)
@@ -312,21 +373,28 @@ def test_describe(target4, tok):
 # --- impossible designs -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(init="random", num_attention_heads=4, num_key_value_heads=3), "not a multiple of num_key_value_heads=3"),
-    (dict(init="random", hidden_size=30), "hidden_size=30 is not divisible by num_attention_heads=4"),
-    (dict(layers=[0, 4]), r"within 0\.\.3"),
-    (dict(layers=5), r"1\.\.4 layers"),
-    (dict(layers=[1, 1]), "distinct"),
-    (dict(vocab=98), "target's 97"),
-    (dict(hidden_size=48), r"target_layers.*hidden_size"),
-    (dict(init="prune", hidden_size=64), r"narrow.*hidden_size"),
-    (dict(init="prune", intermediate_size=128), r"narrow.*intermediate_size"),
-    (dict(init="prune", num_attention_heads=4, num_key_value_heads=1), "query heads per KV group"),
-    (dict(init="magic"), "init='magic'"),
-    (dict(init="pretrained:/nonexistent/model"), "model not found"),
-    (dict(freeze=["layers"]), "unknown part"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (
+            dict(init="random", num_attention_heads=4, num_key_value_heads=3),
+            "not a multiple of num_key_value_heads=3",
+        ),
+        (dict(init="random", num_attention_heads=3), "not a multiple of num_key_value_heads=2"),
+        (dict(init="random", hidden_size=30), "hidden_size=30 is not divisible by num_attention_heads=4"),
+        (dict(layers=[0, 4]), r"within 0\.\.3"),
+        (dict(layers=5), r"1\.\.4 layers"),
+        (dict(layers=[1, 1]), "distinct"),
+        (dict(vocab=98), "target's 97"),
+        (dict(hidden_size=48), r"target_layers.*hidden_size"),
+        (dict(init="prune", hidden_size=64), r"narrow.*hidden_size"),
+        (dict(init="prune", intermediate_size=128), r"narrow.*intermediate_size"),
+        (dict(init="prune", num_attention_heads=4, num_key_value_heads=1), "query heads per KV group"),
+        (dict(init="magic"), "init='magic'"),
+        (dict(init="pretrained:/nonexistent/model"), "model not found"),
+        (dict(freeze=["layers"]), "unknown part"),
+    ],
+)
 def test_impossible_designs_are_refused(target4, tok, kw, message):
     with pytest.raises(UserError, match=message):
         build_draft(DraftDesign(**kw), target4, tok, _seqs(2))

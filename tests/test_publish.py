@@ -18,19 +18,27 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 import torch
-from huggingface_hub import ModelCard, hf_hub_download, snapshot_download
 from hub_standin import HubStandin
+from huggingface_hub import ModelCard, hf_hub_download, snapshot_download
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from decode.targets import VOCAB_MAP_FILE, draft_from_layers
 from distill import compat, modelcard, publish
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_standinSECRETtoken0123456789"
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 # --- fixtures: a tiny target, drafts cut from it, an evaluation report
@@ -41,11 +49,15 @@ def make_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=384,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([json.loads(x)["messages"][0]["content"] for x in lines], trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
     fast.chat_template = CHAT
     return fast
 
@@ -58,22 +70,46 @@ def save_draft(model, tok, path: Path, meta: dict) -> Path:
 
 
 def draft_meta(target_spec: str, **extra) -> dict:
-    return {"target": target_spec, "target_name": "org/tiny-target",
-            "design": {"layers": [0, 3], "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                       "num_key_value_heads": 2, "init": "target_layers", "vocab": "full"},
-            "loss": {"fkl": 1.0}, "data": {"path": "runs/data", "rows": 10, "tokens": 1000, "prompts": "train.jsonl"},
-            "step": 5, "commands": ["python -m distill.collect --target T --output runs/data",
-                                    "accelerate launch distill/train.py --target T --output runs/draft"], **extra}
+    return {
+        "target": target_spec,
+        "target_name": "org/tiny-target",
+        "design": {
+            "layers": [0, 3],
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "init": "target_layers",
+            "vocab": "full",
+        },
+        "loss": {"fkl": 1.0},
+        "data": {"path": "runs/data", "rows": 10, "tokens": 1000, "prompts": "train.jsonl"},
+        "step": 5,
+        "commands": [
+            "python -m distill.collect --target T --output runs/data",
+            "accelerate launch distill/train.py --target T --output runs/draft",
+        ],
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("publish")
     tok = make_tokenizer()
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     target = LlamaForCausalLM(config).eval()
     target.save_pretrained(root / "target")
@@ -85,21 +121,48 @@ def world(tmp_path_factory):
 
 
 def write_report(eval_dir: Path, draft_dir: Path, draft_name: str | None = None) -> Path:
+    """A report in distill.evaluate's shape: entries per draft × γ (plus an untrained `layers:` anchor)."""
     entries = []
-    for gamma, speedup, alpha in ((2, 1.31, 0.71), (4, 1.52, 0.66), (6, 1.40, 0.60)):
+    runs = [
+        (draft_name or str(draft_dir), True, g, s, a)
+        for g, s, a in ((2, 1.31, 0.71), (4, 1.52, 0.66), (6, 1.40, 0.60))
+    ]
+    runs.append(
+        ("layers:0,3", False, 4, 1.9, 0.8)
+    )  # an anchor with a better speedup: never the published draft
+    for draft, trained, gamma, speedup, alpha in runs:
         tau = (1 - alpha ** (gamma + 1)) / (1 - alpha)
-        entries.append({
-            "target": "t", "draft": draft_name or str(draft_dir), "device": "cpu (2 cores)", "dtype": "float32",
-            "prompts": "distill/data/heldout.jsonl", "max_new_tokens": 64, "temperature": 0.0, "gamma": gamma,
-            "schedule": "constant", "baseline": {"tokens": 640, "seconds": 10.0, "tokens_per_s": 64.0},
-            "speculative": {"tokens": 640, "seconds": 10 / speedup, "tokens_per_s": 64 * speedup,
-                            "acceptance_rate": alpha, "tau": tau},
-            "speedup": speedup, "lossless": True, "cost_model": {},
-            "per_category": {"chat": {"acceptance_rate": alpha + 0.05, "tau": tau + 0.1, "speedup": speedup + 0.1},
-                             "code": {"acceptance_rate": alpha - 0.1, "tau": tau - 0.3, "speedup": speedup - 0.2}},
-        })
+        entries.append(
+            {
+                "target": "t",
+                "draft": draft,
+                "trained": trained,
+                "device": "cpu (2 cores)",
+                "dtype": "float32",
+                "prompts": 120,
+                "max_new_tokens": 64,
+                "temperature": 0.0,
+                "gamma": gamma,
+                "schedule": "constant",
+                "baseline": {"tokens": 640, "seconds": 10.0, "tokens_per_s": 64.0},
+                "speculative": {
+                    "tokens": 640,
+                    "seconds": 10 / speedup,
+                    "tokens_per_s": 64 * speedup,
+                    "acceptance_rate": alpha,
+                    "tau": tau,
+                },
+                "speedup": speedup,
+                "lossless": True,
+                "cost_model": {},
+                "per_category": {
+                    "chat": {"acceptance_rate": alpha + 0.05, "tau": tau + 0.1, "speedup": speedup + 0.1},
+                    "code": {"acceptance_rate": alpha - 0.1, "tau": tau - 0.3, "speedup": speedup - 0.2},
+                },
+            }
+        )
     eval_dir.mkdir(parents=True, exist_ok=True)
-    (eval_dir / "report.json").write_text(json.dumps({"entries": entries}))
+    (eval_dir / "report.json").write_text(json.dumps({"prompt_set": "heldout", "entries": entries}))
     return eval_dir
 
 
@@ -141,11 +204,32 @@ def test_publish_roundtrip_against_standin(world, tmp_path):
     write_report(tmp_path / "eval", draft)
     log = tmp_path / "hub_log.jsonl"
     with HubStandin(token=TOKEN, log=log) as hub:
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HOME": str(tmp_path / "hf_home"),
-               "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-        proc = subprocess.run([sys.executable, "-m", "distill.publish", str(draft), "--repo-id", "org/tiny-draft",
-                               "--eval", str(tmp_path / "eval"), "--private"],
-                              env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": hub.url,
+            "HF_TOKEN": TOKEN,
+            "HF_HOME": str(tmp_path / "hf_home"),
+            "WANDB_MODE": "offline",
+            "WANDB_SILENT": "true",
+        }
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "distill.publish",
+                str(draft),
+                "--repo-id",
+                "org/tiny-draft",
+                "--eval",
+                str(tmp_path / "eval"),
+                "--private",
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         assert result["url"] == f"{hub.url}/org/tiny-draft" and result["gamma"] == 4  # best measured speedup
@@ -156,12 +240,22 @@ def test_publish_roundtrip_against_standin(world, tmp_path):
         commits = [e for e in events if e["event"] == "commit"]
         assert len(commits) == 1 and commits[0]["commit"] == result["commit"]
         assert {f["path"] for f in commits[0]["files"]} >= {
-            "README.md", "config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-            "tokenizer_config.json", "specdistill.json"}
+            "README.md",
+            "config.json",
+            "model.safetensors",
+            "generation_config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "specdistill.json",
+        }
 
         # download back through huggingface_hub, load with transformers
-        local = Path(snapshot_download("org/tiny-draft", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "dl"))
-        readme = hf_hub_download("org/tiny-draft", "README.md", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "dl2")
+        local = Path(
+            snapshot_download("org/tiny-draft", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "dl")
+        )
+        readme = hf_hub_download(
+            "org/tiny-draft", "README.md", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "dl2"
+        )
     model = AutoModelForCausalLM.from_pretrained(local)
     assert model.dtype == torch.bfloat16 and model.config.num_hidden_layers == 2
     assert AutoTokenizer.from_pretrained(local).get_vocab() == world["tok"].get_vocab()
@@ -170,18 +264,24 @@ def test_publish_roundtrip_against_standin(world, tmp_path):
     x = torch.tensor([world["tok"]("Hello there")["input_ids"]])
     draft_model = AutoModelForCausalLM.from_pretrained(local, dtype=torch.float32)
     greedy = dict(do_sample=False, max_new_tokens=12, attention_mask=torch.ones_like(x))
-    assert torch.equal(world["target"].generate(x, assistant_model=draft_model, **greedy), world["target"].generate(x, **greedy))
+    assert torch.equal(
+        world["target"].generate(x, assistant_model=draft_model, **greedy),
+        world["target"].generate(x, **greedy),
+    )
 
     # the card's model-index round-trips
     card = ModelCard.load(readme)
     assert card.data.base_model == "org/tiny-target"
     assert {"speculative-decoding", "draft-model"} <= set(card.data.tags)
     report = json.loads((tmp_path / "eval/report.json").read_text())
-    best = modelcard.headline(report["entries"])
+    best = modelcard.headline(modelcard.select_entries(report, tmp_path / "eval/report.json", draft))
     assert card.data.eval_results == modelcard.eval_results(best, "org/tiny-target")
     got = {(r.dataset_config, r.metric_type): r.metric_value for r in card.data.eval_results}
     assert got[("all", "speedup")] == 1.52 and got[("chat", "acceptance_rate")] == pytest.approx(0.71)
-    assert all(r.metric_args["gamma"] == 4 and r.metric_args["device"] == "cpu (2 cores)" for r in card.data.eval_results)
+    assert all(
+        r.metric_args["gamma"] == 4 and r.metric_args["device"] == "cpu (2 cores)"
+        for r in card.data.eval_results
+    )
 
     # W&B (offline): the run got the URL and numbers, and the folder as an artifact
     runs = list((tmp_path / "wandb").rglob("run-pubtest01.wandb"))
@@ -191,7 +291,8 @@ def test_publish_roundtrip_against_standin(world, tmp_path):
 
     # the token never appears in output or logs
     logs = [proc.stdout, proc.stderr, log.read_text()] + [
-        p.read_text(errors="replace") for p in (tmp_path / "wandb").rglob("*") if p.is_file()]
+        p.read_text(errors="replace") for p in (tmp_path / "wandb").rglob("*") if p.is_file()
+    ]
     assert not any(TOKEN in text for text in logs)
 
 
@@ -200,15 +301,27 @@ def test_dry_run_writes_folder_without_network(world, tmp_path, capsys, hub, mon
     out = tmp_path / "out"
     code, stdout, _ = run_main([world["root"] / "draft", "--repo-id", "org/x", "--dry-run", out], capsys)
     assert code == 0 and hub.requests == []
-    assert {p.name for p in out.iterdir()} >= {"README.md", "config.json", "model.safetensors", "generation_config.json",
-                                               "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}
+    assert {p.name for p in out.iterdir()} >= {
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+    }
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
     assert all(t.dtype == torch.bfloat16 for t in load_file(out / "model.safetensors").values())
     card = (out / "README.md").read_text()
     assert "no speed numbers were measured" in card and "warning: no --eval" in stdout
     # --dtype float32 keeps full precision
-    code, _, _ = run_main([world["root"] / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "f32", "--dtype", "float32"], capsys)
-    assert code == 0 and all(t.dtype == torch.float32 for t in load_file(tmp_path / "f32/model.safetensors").values())
+    code, _, _ = run_main(
+        [world["root"] / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "f32", "--dtype", "float32"],
+        capsys,
+    )
+    assert code == 0 and all(
+        t.dtype == torch.float32 for t in load_file(tmp_path / "f32/model.safetensors").values()
+    )
 
 
 def test_card_numbers_and_model_index(world):
@@ -216,18 +329,71 @@ def test_card_numbers_and_model_index(world):
     entries = modelcard.select_entries(report, world["root"] / "eval/report.json", world["root"] / "draft")
     best = modelcard.headline(entries)
     checks = [compat.Check("loads", True, "ok")]
-    card = modelcard.build_card(repo_id="org/d", target_id="org/t", target_spec="default", meta=draft_meta("default"),
-                                config={"vocab_size": 384, "architectures": ["LlamaForCausalLM"]},
-                                target_config={"num_hidden_layers": 4, "vocab_size": 384}, n_params=1000,
-                                weights_dtype="bfloat16", entries=entries, checks=checks, gamma=best["gamma"], reduced=False)
+    card = modelcard.build_card(
+        repo_id="org/d",
+        target_id="org/t",
+        target_spec="default",
+        meta=draft_meta("default"),
+        config={"vocab_size": 384, "architectures": ["LlamaForCausalLM"]},
+        target_config={"num_hidden_layers": 4, "vocab_size": 384},
+        n_params=1000,
+        weights_dtype="bfloat16",
+        entries=entries,
+        checks=checks,
+        gamma=best["gamma"],
+        reduced=False,
+    )
     text = str(card)
-    assert best["gamma"] == 4 and "Best γ = 4: 1.52×" in text and "cpu (2 cores)" in text and "float32" in text
-    for needle in ("| chat |", "| code |", "2 of the target's 4: [0, 3]", "1.0 × fkl",
-                   "accelerate launch distill/train.py", "assistant_model=draft", "speculative_config"):
+    assert (
+        best["gamma"] == 4 and "Best γ = 4: 1.52×" in text and "cpu (2 cores)" in text and "float32" in text
+    )
+    for needle in (
+        "| chat |",
+        "| code |",
+        "2 of the target's 4: [0, 3]",
+        "1.0 × fkl",
+        "accelerate launch distill/train.py",
+        "assistant_model=draft",
+        "speculative_config",
+    ):
         assert needle in text
     again = ModelCard(text)
     assert again.data.eval_results == card.data.eval_results
     assert len(again.data.eval_results) == 3 * 3  # (all, chat, code) × (α, τ, speedup)
+
+
+def test_publish_with_a_real_evaluation_report(world, tmp_path, capsys):
+    """The card's numbers come straight from a report distill.evaluate wrote for this draft."""
+    from distill import evaluate
+
+    draft = str(world["root"] / "draft")
+    cfg = evaluate.EvalConfig(
+        target=str(world["root"] / "target"),
+        drafts=[draft],
+        limit=3,
+        max_new_tokens=8,
+        gamma=[2, 3],
+        output=str(tmp_path / "eval"),
+    )
+    evaluate.run(cfg, [])
+    capsys.readouterr()
+    code, _, err = run_main(
+        [draft, "--repo-id", "org/x", "--eval", tmp_path / "eval", "--dry-run", tmp_path / "o"], capsys
+    )
+    assert code == 0, err
+    report = json.loads((tmp_path / "eval/report.json").read_text())
+    best = max((e for e in report["entries"] if e["draft"] == draft), key=lambda e: e["speedup"])
+    card = ModelCard.load(tmp_path / "o/README.md")
+    got = {(r.dataset_config, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert got[("all", "speedup")] == round(best["speedup"], 4)
+    assert got[("all", "acceptance_rate")] == round(best["speculative"]["acceptance_rate"], 4)
+    for cat, row in best["per_category"].items():
+        assert got[(cat, "tau")] == round(row["tau"], 4)
+    assert f"γ = **{best['gamma']}**" in card.text and report["prompt_set"] in card.text
+    assert (
+        json.loads((tmp_path / "o/generation_config.json").read_text())["num_assistant_tokens"]
+        == best["gamma"]
+    )
 
 
 # --- each compatibility check fails on a draft built to fail it
@@ -263,24 +429,35 @@ def _edit_config(**changes):
         cfg = json.loads((d / "config.json").read_text())
         cfg.update(changes)
         (d / "config.json").write_text(json.dumps(cfg))
+
     return edit
 
 
-@pytest.mark.parametrize("name, breaker, check, detail", [
-    ("no_embedding", _drop_embedding, "loads", "initialised them at random"),
-    ("other_tokenizer", _other_tokenizer, "tokenizer", "vocabulary size"),
-    ("padded_vocab", _padded_vocab, "lossless", "transformers assisted generation failed"),
-    ("random_embedding", _random_embedding, "random_init", "model.embed_tokens.weight"),
-    ("unknown_arch", _edit_config(architectures=["MyDraftForCausalLM"]), "vllm", "not one vLLM serves"),
-    ("short_context", _edit_config(max_position_embeddings=128), "vllm", "max_position_embeddings 128 < the target's 512"),
-    ("padded_vocab_vllm", _padded_vocab, "vllm", "vocab_size 448 differs from the target's 384"),
-])
+@pytest.mark.parametrize(
+    "name, breaker, check, detail",
+    [
+        ("no_embedding", _drop_embedding, "loads", "initialised them at random"),
+        ("other_tokenizer", _other_tokenizer, "tokenizer", "vocabulary size"),
+        ("padded_vocab", _padded_vocab, "lossless", "transformers assisted generation failed"),
+        ("random_embedding", _random_embedding, "random_init", "model.embed_tokens.weight"),
+        ("unknown_arch", _edit_config(architectures=["MyDraftForCausalLM"]), "vllm", "not one vLLM serves"),
+        (
+            "short_context",
+            _edit_config(max_position_embeddings=128),
+            "vllm",
+            "max_position_embeddings 128 < the target's 512",
+        ),
+        ("padded_vocab_vllm", _padded_vocab, "vllm", "vocab_size 448 differs from the target's 384"),
+    ],
+)
 def test_check_fails_on_draft_built_to_fail_it(world, tmp_path, capsys, hub, name, breaker, check, detail):
     d = copy_draft(world, f"broken_{name}")
     breaker(d, world)
     code, stdout, err = run_main([d, "--repo-id", "org/broken", "--eval", world["root"] / "eval"], capsys)
     assert code == 1 and "Traceback" not in err
-    assert "compatibility check failed, nothing uploaded" in err and f"{check}: " in err and detail in err, err
+    assert "compatibility check failed, nothing uploaded" in err and f"{check}: " in err and detail in err, (
+        err
+    )
     assert f"check {check:<11} FAIL" in stdout
     assert not [r for r in hub.requests if r[0] == "POST"]  # stopped before any upload
 
@@ -289,8 +466,12 @@ def test_random_init_heuristic():
     torch.manual_seed(0)
     assert compat.looks_like_init(torch.randn(256, 64) * 0.02, 0.02)
     assert not compat.looks_like_init(torch.randn(256, 64) * 0.1, 0.02)  # trained-looking spread
-    assert not compat.looks_like_init(torch.distributions.Laplace(0, 0.0141).sample((256, 64)), 0.02)  # heavy tails
-    assert not compat.looks_like_init(torch.ones(4096), 0.02) and not compat.looks_like_init(torch.zeros(64, 64), 0.02)
+    assert not compat.looks_like_init(
+        torch.distributions.Laplace(0, 0.0141).sample((256, 64)), 0.02
+    )  # heavy tails
+    assert not compat.looks_like_init(torch.ones(4096), 0.02) and not compat.looks_like_init(
+        torch.zeros(64, 64), 0.02
+    )
 
 
 # --- reduced vocabulary
@@ -304,12 +485,21 @@ def test_reduced_vocab_draft(world, tmp_path, capsys):
     for k in ("model.embed_tokens.weight", "lm_head.weight"):
         sd[k] = sd[k][vocab_map].clone()
     reduced.load_state_dict(sd)
-    d = save_draft(reduced, world["tok"], tmp_path / "reduced",
-                   draft_meta(str(world["root"] / "target"), design={"layers": [0, 3], "vocab": 200, "init": "target_layers"}))
+    d = save_draft(
+        reduced,
+        world["tok"],
+        tmp_path / "reduced",
+        draft_meta(
+            str(world["root"] / "target"), design={"layers": [0, 3], "vocab": 200, "init": "target_layers"}
+        ),
+    )
     (d / VOCAB_MAP_FILE).write_text(json.dumps({"draft_to_target": vocab_map}))
     code, stdout, err = run_main([d, "--repo-id", "org/reduced", "--dry-run", tmp_path / "out"], capsys)
     assert code == 0, err
-    assert "bundled decoder (reduced vocabulary)" in stdout and "vLLM cannot use it as a plain draft model" in stdout
+    assert (
+        "bundled decoder (reduced vocabulary)" in stdout
+        and "vLLM cannot use it as a plain draft model" in stdout
+    )
     assert json.loads((tmp_path / "out" / VOCAB_MAP_FILE).read_text())["draft_to_target"] == vocab_map
     card = (tmp_path / "out/README.md").read_text()
     assert "reduced vocabulary" in card and "200 of 384" in card and "vocab_map=draft.vocab_map" in card
@@ -319,12 +509,16 @@ def test_reduced_vocab_draft(world, tmp_path, capsys):
 
 
 def test_not_a_checkpoint(world, tmp_path, capsys):
-    code, _, err = run_main([tmp_path / "nowhere", "--repo-id", "org/x", "--dry-run", tmp_path / "o1"], capsys)
+    code, _, err = run_main(
+        [tmp_path / "nowhere", "--repo-id", "org/x", "--dry-run", tmp_path / "o1"], capsys
+    )
     assert code == 1 and "is not a folder" in err
     run = tmp_path / "run"
     shutil.copytree(world["root"] / "draft", run / "checkpoint-5")
     code, _, err = run_main([run, "--repo-id", "org/x", "--dry-run", tmp_path / "o2"], capsys)
-    assert code == 1 and "is not a draft checkpoint" in err and "checkpoint-5" in err and "Traceback" not in err
+    assert (
+        code == 1 and "is not a draft checkpoint" in err and "checkpoint-5" in err and "Traceback" not in err
+    )
     plain = tmp_path / "plain"
     shutil.copytree(world["root"] / "draft", plain)
     (plain / "specdistill.json").unlink()
@@ -333,22 +527,33 @@ def test_not_a_checkpoint(world, tmp_path, capsys):
 
 
 def test_missing_eval(world, tmp_path, capsys):
-    code, _, err = run_main([world["root"] / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "o", "--require-eval"], capsys)
+    code, _, err = run_main(
+        [world["root"] / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "o", "--require-eval"], capsys
+    )
     assert code == 1 and "--require-eval" in err
-    code, _, err = run_main([world["root"] / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "o", "--eval", tmp_path], capsys)
+    code, _, err = run_main(
+        [world["root"] / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "o", "--eval", tmp_path],
+        capsys,
+    )
     assert code == 1 and "no evaluation report" in err
     other = tmp_path / "other_eval"
     write_report(other, tmp_path / "a")
     report = json.loads((other / "report.json").read_text())
     report["entries"] += [{**e, "draft": str(tmp_path / "b")} for e in report["entries"]]
     (other / "report.json").write_text(json.dumps(report))
-    code, _, err = run_main([world["root"] / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "o", "--eval", other], capsys)
+    code, _, err = run_main(
+        [world["root"] / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "o", "--eval", other], capsys
+    )
     assert code == 1 and "has no entry for" in err and str(tmp_path / "b") in err
 
 
-@pytest.mark.parametrize("repo_id", ["not a repo", "org/name/extra", "org/bad--name", "justaname", "org/.hidden"])
+@pytest.mark.parametrize(
+    "repo_id", ["not a repo", "org/name/extra", "org/bad--name", "justaname", "org/.hidden"]
+)
 def test_invalid_repo_id(world, tmp_path, capsys, repo_id):
-    code, _, err = run_main([world["root"] / "draft", "--repo-id", repo_id, "--dry-run", tmp_path / "o"], capsys)
+    code, _, err = run_main(
+        [world["root"] / "draft", "--repo-id", repo_id, "--dry-run", tmp_path / "o"], capsys
+    )
     assert code == 1 and err.startswith("error: invalid --repo-id") and "Traceback" not in err
 
 
@@ -360,13 +565,17 @@ def test_missing_token(world, capsys, hub, monkeypatch):
 
 def test_http_error_on_commit_leaves_remote_unchanged(world, capsys, hub):
     hub.fail["commit"] = 500
-    code, out, err = run_main([world["root"] / "draft", "--repo-id", "org/fails", "--eval", world["root"] / "eval"], capsys)
+    code, out, err = run_main(
+        [world["root"] / "draft", "--repo-id", "org/fails", "--eval", world["root"] / "eval"], capsys
+    )
     assert code == 1 and "Traceback" not in err
     assert "the commit of" in err and "500" in err and "remote repo is unchanged" in err
     assert set(hub.files("org/fails")) == {".gitattributes"}  # nothing half-committed
     assert TOKEN not in out + err + hub.log_path.read_text()
     del hub.fail["commit"]  # a re-run then succeeds
-    code, out, err = run_main([world["root"] / "draft", "--repo-id", "org/fails", "--eval", world["root"] / "eval"], capsys)
+    code, out, err = run_main(
+        [world["root"] / "draft", "--repo-id", "org/fails", "--eval", world["root"] / "eval"], capsys
+    )
     assert code == 0, err
     assert "model.safetensors" in hub.files("org/fails") and TOKEN not in out + err
 
@@ -383,7 +592,9 @@ def test_http_error_on_create_and_bad_token(world, capsys, hub, monkeypatch):
 
 
 def test_revision_branch(world, capsys, hub):
-    code, out, err = run_main([world["root"] / "draft", "--repo-id", "org/branchy", "--revision", "exp-1"], capsys)
+    code, out, err = run_main(
+        [world["root"] / "draft", "--repo-id", "org/branchy", "--revision", "exp-1"], capsys
+    )
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["url"].endswith("/org/branchy/tree/exp-1")
     assert set(hub.files("org/branchy", "main")) == {".gitattributes"}
@@ -399,16 +610,36 @@ def test_publish_default_target_draft(tmp_path):
 
     target, tok = load_target("default", "float32")
     draft = draft_from_layers(target, [0, 29])
-    meta = {**draft_meta("default"), "target_name": "HuggingFaceTB/SmolLM2-135M-Instruct",
-            "design": {"layers": [0, 29], "init": "target_layers", "vocab": "full"}}
+    meta = {
+        **draft_meta("default"),
+        "target_name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "design": {"layers": [0, 29], "init": "target_layers", "vocab": "full"},
+    }
     d = save_draft(draft, tok, tmp_path / "draft", meta)
     write_report(tmp_path / "eval", d)
     with HubStandin(token=TOKEN, log=tmp_path / "hub_log.jsonl") as hub:
         env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HOME": str(tmp_path / "hf_home")}
-        proc = subprocess.run([sys.executable, "-m", "distill.publish", str(d), "--repo-id", "org/smollm2-draft",
-                               "--eval", str(tmp_path / "eval")], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "distill.publish",
+                str(d),
+                "--repo-id",
+                "org/smollm2-draft",
+                "--eval",
+                str(tmp_path / "eval"),
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        local = Path(snapshot_download("org/smollm2-draft", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "dl"))
+        local = Path(
+            snapshot_download("org/smollm2-draft", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "dl")
+        )
     assert "check lossless    ok" in proc.stdout and "check random_init ok" in proc.stdout
     assert ModelCard.load(local / "README.md").data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert AutoModelForCausalLM.from_pretrained(local).config.num_hidden_layers == 2

@@ -1,0 +1,130 @@
+"""Sweep draft designs: collect once, train each design, evaluate each, rank by measured speedup.
+
+    python -m distill.sweep --config configs/sweep/depth_vocab.yaml
+
+The YAML declares `designs` (a list of train overrides, each with a `name`) and/or a `grid` (train options
+to a list of values; every combination becomes a design). Finished designs (their eval report exists) are
+skipped when the sweep is rerun, so an interrupted sweep resumes where it stopped. The ranking table
+(SWEEP/ranking.md, ranking.json) marks the Pareto front of draft cost c against acceptance α: designs no
+other design beats on both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from decode.errors import UserError
+from distill import collect, evaluate, train
+from distill import config as configlib
+from distill.pipeline import _stage
+
+
+@dataclass
+class SweepConfig:
+    target: str = field(default="default", metadata={"help": "target model"})
+    output: str = field(default="runs/sweep", metadata={"help": "sweep folder"})
+    designs: list = field(default_factory=list, metadata={"help": "list of {name, <train options>}"})
+    grid: dict = field(default_factory=dict, metadata={"help": "train option -> list of values (cartesian product)"})
+    collect: dict = field(default_factory=dict, metadata={"help": "distill.collect overrides (train data)"})
+    heldout: dict = field(default_factory=dict, metadata={"help": "distill.collect overrides (held-out data)"})
+    train: dict = field(default_factory=dict, metadata={"help": "distill.train overrides shared by all designs"})
+    evaluate: dict = field(default_factory=dict, metadata={"help": "distill.evaluate overrides"})
+
+    def all_designs(self) -> list[dict]:
+        out = [dict(d) for d in self.designs]
+        if self.grid:
+            keys = sorted(self.grid)
+            for values in itertools.product(*(self.grid[k] if isinstance(self.grid[k], list) else [self.grid[k]] for k in keys)):
+                d = dict(zip(keys, values))
+                d["name"] = "-".join(f"{k}{v}" for k, v in d.items()).replace(" ", "").replace("[", "").replace("]", "").replace(",", "_")
+                out.append(d)
+        for i, d in enumerate(out):
+            d.setdefault("name", f"design{i}")
+        names = [d["name"] for d in out]
+        if len(set(names)) != len(names):
+            raise UserError(f"design names must be unique: {names}")
+        if not out:
+            raise UserError("the sweep declares no designs: give `designs:` or `grid:`")
+        return out
+
+
+def pareto(rows: list[dict]) -> None:
+    """Mark rows on the front of (low c, high α): no other row has c <= and α >= with one strict."""
+    for r in rows:
+        r["pareto"] = not any(
+            o is not r and o["c"] <= r["c"] and o["alpha"] >= r["alpha"] and (o["c"] < r["c"] or o["alpha"] > r["alpha"])
+            for o in rows
+        )
+
+
+def run(cfg: SweepConfig) -> list[dict]:
+    out = Path(cfg.output)
+    out.mkdir(parents=True, exist_ok=True)
+    configlib.save(cfg, out / "sweep.config.json")
+    designs = cfg.all_designs()
+    c = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "train", "output": str(out / "collect")}, cfg.collect, "collect")
+    h = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "heldout", "output": str(out / "heldout"), "limit": 64,
+                                       "max_new_tokens": c.max_new_tokens, "topk": c.topk}, cfg.heldout, "heldout")
+    print(f"== collect once for {len(designs)} designs", flush=True)
+    collect.run(c, [])
+    collect.run(h, [])
+    valid = {f.name for f in fields(train.TrainConfig)}
+    rows = []
+    for d in designs:
+        name = d["name"]
+        ddir = out / "designs" / name
+        report_path = ddir / "eval" / "report.json"
+        if not report_path.is_file():
+            print(f"== design {name}: train + evaluate", flush=True)
+            opts = {k: v for k, v in d.items() if k != "name"}
+            unknown = sorted(set(opts) - valid)
+            try:
+                if unknown:
+                    raise UserError(f"unknown train option(s) {unknown}")
+                t = _stage(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
+                                               "output": str(ddir / "train"), **cfg.train}, opts, f"design {name}")
+                train.train(t, [])
+                e = _stage(evaluate.EvalConfig, {"target": cfg.target, "output": str(ddir / "eval"), "anchors": False},
+                           cfg.evaluate, "evaluate")
+                e.drafts = [str(evaluate.drafts_of_run(Path(t.output))[-1][0])]
+                evaluate.run(e, [])
+            except UserError as err:  # an impossible design is reported; the others still run
+                print(f"warning: design {name} skipped: {err}", file=sys.stderr)
+                rows.append({"name": name, "error": str(err)})
+                continue
+        else:
+            print(f"== design {name}: already evaluated (resume)", flush=True)
+        report = json.loads(report_path.read_text())
+        for e in report["entries"]:
+            rows.append({"name": name, "gamma": e["gamma"], "speedup": e["speedup"], "alpha": e["speculative"]["acceptance_rate"],
+                         "tau": e["speculative"]["tau"], "c": e["cost_model"]["c"], "predicted": e["cost_model"]["predicted_speedup"],
+                         "params": (e.get("design") or {}).get("params"), "lossless": e["lossless"], "draft": e["draft"]})
+    ok = [r for r in rows if "error" not in r]
+    pareto(ok)
+    ok.sort(key=lambda r: -r["speedup"])
+    ranking = ok + [r for r in rows if "error" in r]
+    (out / "ranking.json").write_text(json.dumps(ranking, indent=2) + "\n")
+    lines = ["| rank | design | γ | speedup | predicted | α | τ | c | params | Pareto |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(ok, 1):
+        lines.append(f"| {i} | {r['name']} | {r['gamma']} | **{r['speedup']}×** | {r['predicted']}× | {r['alpha']} | {r['tau']} | "
+                     f"{r['c']} | {r['params']} | {'★' if r['pareto'] else ''} |")
+    lines += [f"| – | {r['name']} | | failed: {r['error']} | | | | | | |" for r in rows if "error" in r]
+    (out / "ranking.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return ranking
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cfg = configlib.parse(SweepConfig, argv, __doc__)
+        run(cfg)
+    except UserError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

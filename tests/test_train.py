@@ -1,0 +1,493 @@
+"""Training (distill/train.py) on the session's tiny target: metrics, checkpoints with HF exports, exact resume
+(after an exception, a SIGKILL, a corrupt checkpoint and a torn save), NaN losses, foreign data, the export as a
+transformers assistant_model, the offline W&B run, and real 2-process DeepSpeed ZeRO-2/ZeRO-3 launches (slow).
+
+Run A (module fixture) is the uninterrupted reference: 6 steps, a checkpoint every 2, train/loss every step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from decode.errors import UserError
+from distill import checkpoints, losses
+from distill import config as configlib
+from distill.train import TrainConfig, main, train
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("torch_single_thread")  # tiny models: one thread is faster on a busy box
+
+
+def _argv(setup, out: Path, *extra: str) -> list[str]:
+    return [
+        "--target",
+        setup.target,
+        "--data",
+        setup.data,
+        "--eval-data",
+        setup.heldout,
+        "--output",
+        str(out),
+        "--max-steps",
+        "6",
+        "--batch-size",
+        "4",
+        "--save-every",
+        "2",
+        "--log-every",
+        "1",
+        "--eval-every",
+        "3",
+        "--warmup-steps",
+        "2",
+        "--keep-last",
+        "2",
+        "--report-to",
+        "none",
+        *extra,
+    ]
+
+
+def _train(argv: list[str]) -> Path:
+    """In-process, one intra-op thread (as the subprocesses below run: OMP_NUM_THREADS=1)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return train(configlib.parse(TrainConfig, argv), argv)
+    finally:
+        torch.set_num_threads(n)
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _losses(run: Path) -> list[tuple[int, float]]:
+    """Every logged (step, train/loss), in order: a resumed run logs the steps after its checkpoint again."""
+    return [(m["step"], m["train/loss"]) for m in _metrics(run) if "train/loss" in m]
+
+
+def _assert_same_curve(run: Path, reference: Path, steps: list[int]) -> None:
+    want = dict(_losses(reference))
+    got = _losses(run)
+    assert sorted({s for s, _ in got}) == steps
+    for step, loss in got:
+        assert loss == pytest.approx(want[step], abs=1e-6), step
+
+
+def _assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = load_file(a), load_file(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=1e-6, msg=k)
+
+
+@pytest.fixture(scope="module")
+def run_a(tiny_collected, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run_a") / "run"
+    return _train(_argv(tiny_collected, out))
+
+
+def _train_until(argv: list[str], stop: int) -> None:
+    """Run argv in-process and stop it with an exception right after checkpoint `stop` was written."""
+    save = checkpoints.save
+
+    def save_then_die(accelerator, wrapper, run_dir, step, *args):
+        path = save(accelerator, wrapper, run_dir, step, *args)
+        if step == stop:
+            raise KeyboardInterrupt(f"killed after checkpoint {step}")
+        return path
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(checkpoints, "save", save_then_die)
+        with pytest.raises(KeyboardInterrupt):
+            _train(argv)
+
+
+@pytest.fixture(scope="module")
+def interrupted(tiny_collected, tmp_path_factory) -> Path:
+    """The run of run_a's command, stopped right after checkpoint-000004 was written."""
+    out = tmp_path_factory.mktemp("interrupted") / "run"
+    _train_until(_argv(tiny_collected, out), 4)
+    assert [p.name for p in checkpoints.complete(out)] == ["checkpoint-000004", "checkpoint-000002"]
+    return out
+
+
+# --- a run: metrics, checkpoints, exports -----------------------------------------------------------------------
+
+
+def test_run_logs_metrics_and_writes_checkpoints(run_a, tiny_collected):
+    metrics = _metrics(run_a)
+    assert [s for s, _ in _losses(run_a)] == [1, 2, 3, 4, 5, 6]
+    assert all(
+        m["train/loss"] > 0 and "train/lr" in m and "train/loss_fkl" in m
+        for m in metrics
+        if "train/loss" in m
+    )
+    proxy = {m["step"]: m["eval/acceptance_proxy"] for m in metrics if "eval/acceptance_proxy" in m}
+    assert sorted(proxy) == [0, 3, 6] and all(0 <= v <= 1 for v in proxy.values())
+    assert json.loads((run_a / "train.config.json").read_text())["max_steps"] == 6
+
+    # keep_last=2: the two newest complete checkpoints, no temp folders
+    assert sorted(p.name for p in run_a.iterdir() if "checkpoint" in p.name) == [
+        "checkpoint-000004",
+        "checkpoint-000006",
+    ]
+    ckpt = run_a / "checkpoint-000006"
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert state["step"] == 6 and state["metrics"]["eval/acceptance_proxy"] == proxy[6]
+
+    hf = ckpt / "hf"
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "specdistill.json",
+    ):
+        assert (hf / name).is_file(), name
+    assert not (hf / "draft_vocab.json").exists()  # full vocabulary: no id map
+    meta = json.loads((hf / "specdistill.json").read_text())
+    assert meta["target"] == tiny_collected.target and meta["step"] == 6 and meta["init"] == "target_layers"
+    assert meta["design"]["layers"] == [0, 3] and meta["design"]["params"] > 0
+    assert (
+        meta["loss"] == {"fkl": 1.0}
+        and meta["data"]["path"] == tiny_collected.data
+        and meta["data"]["rows"] == 24
+    )
+    assert (
+        meta["commands"][0].startswith("python -m distill.collect")
+        and "distill/train.py" in meta["commands"][-1]
+    )
+    assert meta["metrics"] == state["metrics"]
+    # the export holds the trained weights (the accelerate state's copy, without the wrapper's prefix)
+    exported, trained = load_file(hf / "model.safetensors"), load_file(ckpt / "model.safetensors")
+    for k, v in exported.items():
+        assert torch.equal(v, trained["model." + k]), k
+
+
+def test_export_works_as_transformers_assistant_model(run_a, tiny_collected):
+    from transformers import AutoModelForCausalLM
+
+    from distill.shards import load_collected
+
+    target = AutoModelForCausalLM.from_pretrained(tiny_collected.target, dtype=torch.float32).eval()
+    draft, info = AutoModelForCausalLM.from_pretrained(
+        run_a / "checkpoint-000006" / "hf", dtype=torch.float32, output_loading_info=True
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    draft.eval()
+    draft.generation_config.num_assistant_tokens = 4
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0
+    eos = tiny_collected.tokenizer.eos_token_id
+    for prompt in load_collected(tiny_collected.heldout)["prompt_ids"][:3]:
+        ids = torch.tensor([prompt])
+        kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16, pad_token_id=eos)
+        with torch.inference_mode():
+            alone = target.generate(ids, **kw)
+            assisted = target.generate(ids, assistant_model=draft, **kw)
+        assert assisted.tolist() == alone.tolist()
+
+
+# --- resume -----------------------------------------------------------------------------------------------------
+
+
+def test_resume_continues_exactly(run_a, interrupted, tiny_collected, tmp_path, capsys):
+    run = shutil.copytree(interrupted, tmp_path / "run")
+    _train(_argv(tiny_collected, run))
+    assert f"resumed from {run / 'checkpoint-000004'} at step 4" in capsys.readouterr().out
+    _assert_same_curve(run, run_a, [1, 2, 3, 4, 5, 6])
+    _assert_same_weights(
+        run / "checkpoint-000006" / "model.safetensors", run_a / "checkpoint-000006" / "model.safetensors"
+    )
+
+
+def test_resume_skips_a_corrupt_checkpoint_and_a_torn_save(
+    run_a, interrupted, tiny_collected, tmp_path, capsys
+):
+    run = shutil.copytree(interrupted, tmp_path / "run")
+    bad = run / "checkpoint-000004" / "model.safetensors"
+    os.truncate(bad, bad.stat().st_size // 2)
+    # a crash while saving step 6: a temp folder with a state file and a torn model file; and one left by an
+    # earlier command with another --save-every
+    for torn in (run / ".tmp-checkpoint-000006", run / ".tmp-checkpoint-000005"):
+        shutil.copytree(run / "checkpoint-000002", torn)
+        os.truncate(torn / "model.safetensors", 100)
+    assert checkpoints.complete(run)[0].name == "checkpoint-000004"  # the temp folder never counts
+
+    _train(_argv(tiny_collected, run))
+    captured = capsys.readouterr()
+    assert f"checkpoint {run / 'checkpoint-000004'} skipped: {bad} is unreadable" in captured.err
+    assert f"resumed from {run / 'checkpoint-000002'} at step 2" in captured.out
+    _assert_same_curve(run, run_a, [1, 2, 3, 4, 5, 6])
+    _assert_same_weights(
+        run / "checkpoint-000006" / "model.safetensors", run_a / "checkpoint-000006" / "model.safetensors"
+    )
+    assert not list(run.glob(".tmp-*"))
+
+
+def test_resume_keeps_the_logging_window(run_a, tiny_collected, tmp_path):
+    """--log-every 4 with a checkpoint at step 2: the step-4 loss still averages steps 1-4 after a resume."""
+    run = tmp_path / "run"
+    argv = _argv(tiny_collected, run, "--log-every", "4", "--eval-every", "6")
+    _train_until(argv, 2)
+    assert _losses(run) == []
+    _train(argv)
+    want = dict(_losses(run_a))
+    got = dict(_losses(run))
+    assert sorted(got) == [4, 6]
+    assert got[4] == pytest.approx(sum(want[s] for s in (1, 2, 3, 4)) / 4, abs=2e-5)
+    assert got[6] == pytest.approx((want[5] + want[6]) / 2, abs=2e-5)
+
+
+def test_resume_with_no_loadable_checkpoint_is_an_error(interrupted, tiny_collected, tmp_path):
+    run = shutil.copytree(interrupted, tmp_path / "run")
+    for ckpt in checkpoints.complete(run):
+        (ckpt / "optimizer.bin").unlink()
+    with pytest.raises(UserError, match="no checkpoint in .* loads"):
+        _train(_argv(tiny_collected, run))
+
+
+# --- bad input --------------------------------------------------------------------------------------------------
+
+
+def test_nan_loss_stops_naming_the_step_and_the_last_good_checkpoint(tiny_collected, tmp_path, monkeypatch):
+    real, calls = losses.combined_loss, []
+
+    def nan_at_step_3(*args, **kwargs):
+        loss, parts = real(*args, **kwargs)
+        calls.append(1)
+        return (loss * float("nan"), parts) if len(calls) == 3 else (loss, parts)
+
+    monkeypatch.setattr(losses, "combined_loss", nan_at_step_3)
+    run = tmp_path / "run"
+    with pytest.raises(
+        UserError, match=f"nan at step 3.*last good checkpoint is {run / 'checkpoint-000002'}"
+    ):
+        _train(_argv(tiny_collected, run, "--vocab", "512"))
+    assert [p.name for p in checkpoints.complete(run)] == ["checkpoint-000002"]
+    assert not list(run.glob(".tmp-*"))
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(run / "checkpoint-000002" / "hf")
+    assert model.config.vocab_size == 512
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"tokenizer": "0123456789abcdef"}, "collected with another tokenizer"),
+        ({"k": 0}, "no top-k logprobs"),
+    ],
+)
+def test_foreign_or_unusable_data_is_refused(tiny_collected, tmp_path, edit, message):
+    data = shutil.copytree(tiny_collected.data, tmp_path / "data")
+    info = json.loads((data / "collect.json").read_text())
+    (data / "collect.json").write_text(json.dumps({**info, **edit}))
+    argv = _argv(tiny_collected, tmp_path / "run")
+    argv[argv.index("--data") + 1] = str(data)
+    with pytest.raises(SystemExit, match=message):
+        main(argv)
+
+
+def test_data_from_a_different_tokenizer_is_refused(tiny_collected, tiny_tokenizer, tiny_llama, tmp_path):
+    """Really collected by another target (97-token tokenizer), not just an edited fingerprint."""
+    from distill.collect import CollectConfig, run
+
+    other = tmp_path / "other"
+    model = tiny_llama(seed=0, layers=1, eos_token_id=1)
+    model.save_pretrained(other)
+    tiny_tokenizer().save_pretrained(other)
+    (tmp_path / "p.jsonl").write_text(json.dumps({"id": "a", "category": "x", "prompt": "t5 t6 t7"}) + "\n")
+    run(
+        CollectConfig(
+            target=str(other),
+            prompts=str(tmp_path / "p.jsonl"),
+            output=str(tmp_path / "data"),
+            chat_template=False,
+            max_new_tokens=4,
+            topk=4,
+        )
+    )
+    argv = _argv(tiny_collected, tmp_path / "run")
+    argv[argv.index("--data") + 1] = str(tmp_path / "data")
+    with pytest.raises(SystemExit, match="collected with another tokenizer"):
+        main(argv)
+
+
+# --- W&B offline --------------------------------------------------------------------------------------------------
+
+
+def _wandb_records(path: Path):
+    """Records of a .wandb file: leveldb-log framing (32 KiB blocks, 7-byte chunk headers) of protobuf Records."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, buf = 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # block trailer too small for a header: zero padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind == 1:  # full
+            yield _record(pb, chunk)
+        elif kind == 2:  # first
+            buf = chunk
+        elif kind == 3:  # middle
+            buf += chunk
+        else:  # last
+            yield _record(pb, buf + chunk)
+
+
+def _record(pb, raw: bytes):
+    record = pb.Record()
+    record.ParseFromString(raw)
+    return record
+
+
+def test_wandb_offline_run_holds_the_metrics(tiny_collected, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = tmp_path / "run"
+    _train(
+        _argv(
+            tiny_collected,
+            run,
+            "--max-steps",
+            "2",
+            "--eval-every",
+            "2",
+            "--report-to",
+            "wandb",
+            "--vocab",
+            "512",
+            "--spec-eval-prompts",
+            "1",
+        )
+    )
+    files = list(run.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    history: dict[int, dict] = {}
+    config = {}
+    for r in _wandb_records(files[0]):
+        kind = r.WhichOneof("record_type")
+        if kind == "history":
+            row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            history.setdefault(row["_step"], {}).update(row)
+        elif kind == "run":
+            config.update({i.key: json.loads(i.value_json) for i in r.run.config.update})
+            run_id = r.run.run_id
+    assert config["max_steps"] == 2 and config["vocab"] == 512
+    # what W&B holds is what metrics.jsonl holds, step for step
+    for m in _metrics(run):
+        for k, v in m.items():
+            if k not in ("step", "time"):
+                assert history[m["step"]][k] == pytest.approx(v), (m["step"], k)
+    assert {"train/loss", "train/lr"} <= set(history[1]) and "eval/acceptance_proxy" in history[0]
+    assert {"eval/acceptance_proxy", "eval/acceptance_rate", "eval/tau"} <= set(history[2])
+    meta = json.loads((run / "checkpoint-000002" / "hf" / "specdistill.json").read_text())
+    assert meta["wandb"]["run_id"] == run_id
+    assert (
+        json.loads((run / "checkpoint-000002" / "trainer_state.json").read_text())["wandb_run_id"] == run_id
+    )
+
+
+# --- slow: a real SIGKILL, and real multi-process DeepSpeed launches --------------------------------------------
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.mark.slow
+def test_sigkilled_run_resumes_exactly(run_a, tiny_collected, tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "distill/train.py", *_argv(tiny_collected, run)]
+    log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while not (run / "checkpoint-000002").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, (tmp_path / "first.log").read_text()[-3000:]
+    assert not (run / "checkpoint-000006").exists()
+
+    done = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resumed from" in done.stdout
+    _assert_same_curve(run, run_a, [1, 2, 3, 4, 5, 6])
+    _assert_same_weights(
+        run / "checkpoint-000006" / "model.safetensors", run_a / "checkpoint-000006" / "model.safetensors"
+    )
+    _assert_same_weights(
+        run / "checkpoint-000006" / "hf" / "model.safetensors",
+        run_a / "checkpoint-000006" / "hf" / "model.safetensors",
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero", ["zero2", "zero3"])
+def test_accelerate_deepspeed_two_processes(tiny_collected, tmp_path, zero):
+    from transformers import AutoModelForCausalLM
+
+    run = tmp_path / "run"
+    cmd = [
+        "accelerate",
+        "launch",
+        "--config_file",
+        f"configs/accelerate/{zero}.yaml",
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "distill/train.py",
+        *_argv(tiny_collected, run, "--precision", "fp32"),
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "2",
+        "--save-every",
+        "2",
+    ]
+    done = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    assert done.stdout.count("draft: 2 layers") == 1  # the main process alone reports
+
+    # metrics once per step (main process only), and the loss is the mean over both ranks
+    metrics = _metrics(run)
+    assert [s for s, _ in _losses(run)] == [1, 2, 3]
+    assert [m["step"] for m in metrics if "eval/acceptance_proxy" in m] == [0, 3]
+    assert all(
+        m["train/loss"] == pytest.approx(m["train/loss_fkl"], abs=2e-5) for m in metrics if "train/loss" in m
+    )
+
+    assert [p.name for p in checkpoints.complete(run)] == ["checkpoint-000003", "checkpoint-000002"]
+    hf = run / "checkpoint-000003" / "hf"
+    draft, info = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32, output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    target = AutoModelForCausalLM.from_pretrained(tiny_collected.target, dtype=torch.float32)
+    # gathered, real weights: the frozen embeddings are the target's, the trained last layer moved away from it
+    assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)
+    t_up, d_up = target.model.layers[3].mlp.up_proj.weight, draft.model.layers[1].mlp.up_proj.weight
+    assert d_up.shape == t_up.shape and not torch.equal(d_up, t_up) and torch.allclose(d_up, t_up, atol=0.1)
