@@ -34,7 +34,7 @@ class Tracker:
     def run_info(self) -> dict | None:
         if self.run is None:
             return None
-        return {"project": self.run.project, "run_id": self.run.id, "dir": str(Path(self.run.dir).parent)}
+        return {"project": self.run.project, "run_id": self.run.id, "dir": str(Path(self.run.dir).parents[2])}
 
     def log(self, metrics: dict, step: int) -> None:
         if not self.enabled:

@@ -362,6 +362,7 @@ def test_card_numbers_and_model_index(world):
     assert len(again.data.eval_results) == 3 * 3  # (all, chat, code) × (α, τ, speedup)
 
 
+@pytest.mark.slow
 def test_publish_with_a_real_evaluation_report(world, tmp_path, capsys):
     """The card's numbers come straight from a report distill.evaluate wrote for this draft."""
     from distill import evaluate
@@ -370,10 +371,11 @@ def test_publish_with_a_real_evaluation_report(world, tmp_path, capsys):
     cfg = evaluate.EvalConfig(
         target=str(world["root"] / "target"),
         drafts=[draft],
-        limit=3,
+        limit=2,
         max_new_tokens=8,
         gamma=[2, 3],
         output=str(tmp_path / "eval"),
+        anchors=False,
     )
     evaluate.run(cfg, [])
     capsys.readouterr()
