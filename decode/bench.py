@@ -79,7 +79,7 @@ def _eos_ids(model, tokenizer) -> tuple[int, ...]:
     return tuple(eos)
 
 
-def _hf_assisted(target, draft, ids, cfg: BenchConfig, sampling: SamplingParams, seed: int):
+def _hf_assisted(target, draft, ids, cfg: BenchConfig, sampling: SamplingParams, seed: int, eos: tuple[int, ...]):
     """transformers' assisted generation at the same γ and schedule as ours.
 
     transformers reads these settings from the *assistant's* generation_config (kwargs to generate() are
@@ -91,7 +91,8 @@ def _hf_assisted(target, draft, ids, cfg: BenchConfig, sampling: SamplingParams,
     gc.num_assistant_tokens_schedule = "heuristic_transient" if cfg.schedule == "heuristic" else "constant"
     gc.assistant_confidence_threshold = DEFAULT_CONFIDENCE if cfg.schedule == "dynamic" else 0.0
     draft.generation_config = gc
-    kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=cfg.max_new_tokens, assistant_model=draft)
+    kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=cfg.max_new_tokens, assistant_model=draft,
+                  eos_token_id=list(eos), pad_token_id=eos[0] if eos else None)  # stop where our decoder stops
     if not sampling.greedy:
         kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p)
     x = torch.tensor([ids], device=target.device)
@@ -135,7 +136,7 @@ def measure_pair(target, tok, draft, rows: list[dict], encoded: list[list[int]],
     ours(encoded[0], 0, 0)
     ours(encoded[0], cfg.gamma, 0)
     if do_hf:
-        _hf_assisted(target, draft.model, encoded[0], cfg, sampling, 0)
+        _hf_assisted(target, draft.model, encoded[0], cfg, sampling, 0, eos)
 
     # --- timed runs, interleaved prompt by prompt so machine noise hits all three alike
     base, spec = Stats(), Stats()
@@ -156,7 +157,7 @@ def measure_pair(target, tok, draft, rows: list[dict], encoded: list[list[int]],
             lossless = False
             print(f"warning: prompt {row['id']}: speculative output differs from the target alone", file=sys.stderr)
         if do_hf:
-            y, secs = _hf_assisted(target, draft.model, ids, cfg, sampling, seed)
+            y, secs = _hf_assisted(target, draft.model, ids, cfg, sampling, seed, eos)
             hf["tokens"] += len(y)
             hf["seconds"] += secs
             hf["matches_target"] += int(y == ref)

@@ -26,7 +26,9 @@ class HFRunner:
         self.model, self.config, self.device = model, model.config, model.device
 
     def new_cache(self, max_len: int):
-        return DynamicCache(config=self.config)
+        # no config: a config-built cache gives sliding-window layers that cannot be cropped (rolled back)
+        # once past the window; the model applies its window through the attention mask anyway
+        return DynamicCache()
 
     def forward(self, ids: list[int], cache, keep: int) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)
@@ -66,8 +68,8 @@ class FastLlama:
         c = model.config
         if getattr(c, "model_type", None) not in FAST_MODEL_TYPES:
             return False
-        if getattr(c, "use_sliding_window", False):
-            return False
+        if getattr(c, "use_sliding_window", False) or (c.model_type == "mistral" and getattr(c, "sliding_window", None)):
+            return False  # FastLlama has no sliding-window mask; HFRunner applies the model's own
         m = getattr(model, "model", None)
         return m is not None and hasattr(m, "layers") and hasattr(m, "rotary_emb")
 
@@ -79,7 +81,6 @@ class FastLlama:
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.eps = c.rms_norm_eps
         self.act = ACT2FN[c.hidden_act]
-        self.sliding_window = getattr(c, "sliding_window", None)
         self.embed = model.model.embed_tokens.weight
         self.rotary = model.model.rotary_emb
         self.layers = []
@@ -96,8 +97,6 @@ class FastLlama:
         self._cos = self._sin = None
 
     def new_cache(self, max_len: int) -> StaticCache:
-        if self.sliding_window and max_len > self.sliding_window:
-            raise ValueError("sequence longer than the model's sliding window: use HFRunner")
         self._rope_table(max_len)
         return StaticCache(len(self.layers), self.n_kv, max_len, self.head_dim, self.dtype, self.device)
 
