@@ -44,6 +44,7 @@ def save(accelerator, wrapper, run_dir: Path, step: int, state: dict, export) ->
     accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp))
     state_dict = accelerator.get_state_dict(wrapper)  # gathers ZeRO-3 shards; every rank must call it
+    accelerator.wait_for_everyone()  # every rank's files (e.g. random_states_1.pkl) are in before the rename
     if accelerator.is_main_process:
         export(state_dict, tmp / "hf")
         (tmp / STATE_FILE).write_text(json.dumps({**state, "step": step}, indent=2) + "\n")

@@ -33,6 +33,14 @@ class SweepConfig:
     heldout: dict = field(default_factory=dict, metadata={"help": "distill.collect overrides (held-out data)"})
     train: dict = field(default_factory=dict, metadata={"help": "distill.train overrides shared by all designs"})
     evaluate: dict = field(default_factory=dict, metadata={"help": "distill.evaluate overrides"})
+    phase: str = field(default="all", metadata={"help": "all | collect | design | rank (SLURM arrays run one phase)"})
+    design_index: int = field(default=-1, metadata={"help": "with --phase design: which design (0-based)"})
+
+    def __post_init__(self):
+        if self.phase not in ("all", "collect", "design", "rank"):
+            raise UserError(f"--phase must be all, collect, design or rank, got {self.phase!r}")
+        if self.phase == "design" and self.design_index < 0:
+            raise UserError("--phase design needs --design-index N (0-based; SLURM_ARRAY_TASK_ID in an array)")
 
     def all_designs(self) -> list[dict]:
         out = [dict(d) for d in self.designs]
@@ -61,46 +69,54 @@ def pareto(rows: list[dict]) -> None:
         )
 
 
-def run(cfg: SweepConfig) -> list[dict]:
-    out = Path(cfg.output)
-    out.mkdir(parents=True, exist_ok=True)
-    configlib.save(cfg, out / "sweep.config.json")
-    designs = cfg.all_designs()
+def _data(cfg: SweepConfig, out: Path):
     c = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "train", "output": str(out / "collect")}, cfg.collect, "collect")
     h = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "heldout", "output": str(out / "heldout"), "limit": 64,
                                        "max_new_tokens": c.max_new_tokens, "topk": c.topk}, cfg.heldout, "heldout")
-    print(f"== collect once for {len(designs)} designs", flush=True)
-    collect.run(c, [])
-    collect.run(h, [])
-    valid = {f.name for f in fields(train.TrainConfig)}
+    return c, h
+
+
+def run_design(cfg: SweepConfig, out: Path, d: dict) -> str | None:
+    """Train and evaluate one design unless its report exists; returns an error message for an impossible one."""
+    name, ddir = d["name"], out / "designs" / d["name"]
+    if (ddir / "eval" / "report.json").is_file():
+        print(f"== design {name}: already evaluated (resume)", flush=True)
+        return None
+    print(f"== design {name}: train + evaluate", flush=True)
+    c, h = _data(cfg, out)
+    opts = {k: v for k, v in d.items() if k != "name"}
+    unknown = sorted(set(opts) - {f.name for f in fields(train.TrainConfig)})
+    try:
+        if unknown:
+            raise UserError(f"unknown train option(s) {unknown}")
+        t = _stage(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
+                                       "output": str(ddir / "train"), **cfg.train}, opts, f"design {name}")
+        train.train(t, [])
+        newest = evaluate.drafts_of_run(Path(t.output))[-1][0]
+        e = _stage(evaluate.EvalConfig, {"target": cfg.target, "output": str(ddir / "eval"), "anchors": False,
+                                         "drafts": [newest]}, cfg.evaluate, "evaluate")
+        evaluate.run(e, [])
+    except UserError as err:  # an impossible design is reported; the others still run
+        print(f"warning: design {name} skipped: {err}", file=sys.stderr)
+        (ddir).mkdir(parents=True, exist_ok=True)
+        (ddir / "error.txt").write_text(str(err) + "\n")
+        return str(err)
+    return None
+
+
+def rank(cfg: SweepConfig, out: Path, designs: list[dict]) -> list[dict]:
     rows = []
     for d in designs:
-        name = d["name"]
-        ddir = out / "designs" / name
-        report_path = ddir / "eval" / "report.json"
-        if not report_path.is_file():
-            print(f"== design {name}: train + evaluate", flush=True)
-            opts = {k: v for k, v in d.items() if k != "name"}
-            unknown = sorted(set(opts) - valid)
-            try:
-                if unknown:
-                    raise UserError(f"unknown train option(s) {unknown}")
-                t = _stage(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
-                                               "output": str(ddir / "train"), **cfg.train}, opts, f"design {name}")
-                train.train(t, [])
-                e = _stage(evaluate.EvalConfig, {"target": cfg.target, "output": str(ddir / "eval"), "anchors": False},
-                           cfg.evaluate, "evaluate")
-                e.drafts = [str(evaluate.drafts_of_run(Path(t.output))[-1][0])]
-                evaluate.run(e, [])
-            except UserError as err:  # an impossible design is reported; the others still run
-                print(f"warning: design {name} skipped: {err}", file=sys.stderr)
-                rows.append({"name": name, "error": str(err)})
-                continue
-        else:
-            print(f"== design {name}: already evaluated (resume)", flush=True)
-        report = json.loads(report_path.read_text())
+        ddir = out / "designs" / d["name"]
+        if (ddir / "error.txt").is_file() and not (ddir / "eval" / "report.json").is_file():
+            rows.append({"name": d["name"], "error": (ddir / "error.txt").read_text().strip()})
+            continue
+        if not (ddir / "eval" / "report.json").is_file():
+            rows.append({"name": d["name"], "error": "not run yet"})
+            continue
+        report = json.loads((ddir / "eval" / "report.json").read_text())
         for e in report["entries"]:
-            rows.append({"name": name, "gamma": e["gamma"], "speedup": e["speedup"], "alpha": e["speculative"]["acceptance_rate"],
+            rows.append({"name": d["name"], "gamma": e["gamma"], "speedup": e["speedup"], "alpha": e["speculative"]["acceptance_rate"],
                          "tau": e["speculative"]["tau"], "c": e["cost_model"]["c"], "predicted": e["cost_model"]["predicted_speedup"],
                          "params": (e.get("design") or {}).get("params"), "lossless": e["lossless"], "draft": e["draft"]})
     ok = [r for r in rows if "error" not in r]
@@ -116,6 +132,28 @@ def run(cfg: SweepConfig) -> list[dict]:
     (out / "ranking.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return ranking
+
+
+def run(cfg: SweepConfig) -> list[dict]:
+    out = Path(cfg.output)
+    out.mkdir(parents=True, exist_ok=True)
+    configlib.save(cfg, out / f"sweep.{cfg.phase}.config.json")
+    designs = cfg.all_designs()
+    if cfg.phase in ("all", "collect"):
+        print(f"== collect once for {len(designs)} designs", flush=True)
+        c, h = _data(cfg, out)
+        collect.run(c, [])
+        collect.run(h, [])
+    if cfg.phase == "design":
+        if cfg.design_index >= len(designs):
+            raise UserError(f"--design-index {cfg.design_index}: the sweep has {len(designs)} designs (0..{len(designs) - 1})")
+        run_design(cfg, out, designs[cfg.design_index])
+    if cfg.phase == "all":
+        for d in designs:
+            run_design(cfg, out, d)
+    if cfg.phase in ("all", "rank"):
+        return rank(cfg, out, designs)
+    return []
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -298,6 +299,13 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
         log(f"step 0: {last_eval}")
     # the logging window is saved with each checkpoint, so a resumed run logs the same averages
     t0, tokens_seen, window = time.perf_counter(), 0, list(state.get("window", [])) if state else []
+    stop_signal = {"set": False}
+
+    def on_signal(signum, frame):
+        stop_signal["set"] = True
+
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, on_signal)
     while step < cfg.max_steps:
         for g in optimizer.param_groups:
             g["lr"] = lr_at(step)
@@ -343,13 +351,18 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
             last_eval = evaluate()
             tracker.log(last_eval, step=step)
             log(f"step {step}: {last_eval}")
-        if step % cfg.save_every == 0 or step == cfg.max_steps:
+        # a preemption signal (SLURM sends USR1/TERM before the time limit): every rank agrees, then save and stop
+        stop = accelerator.reduce(torch.tensor(float(stop_signal["set"]), device=accelerator.device), "sum").item() > 0
+        if step % cfg.save_every == 0 or step == cfg.max_steps or stop:
             path = checkpoints.save(accelerator, student, run_dir, step,
                                     {"metrics": last_eval, "window": window, "wandb_run_id": (tracker.run_info or {}).get("run_id")},
                                     export)
             if main_proc:
                 checkpoints.prune(run_dir, cfg.keep_last)
                 log(f"saved {path}")
+        if stop:
+            log(f"stopped by signal at step {step}; rerun the same command to resume")
+            break
     tracker.finish()
     return run_dir
 

@@ -12,8 +12,8 @@
 SD_START=$(date +%s)
 SD_ERRORS=()
 
-sd_elapsed() {
-    local rc=$? t=$(( $(date +%s) - SD_START ))
+sd_elapsed() {  # [status]: the script's exit status by default
+    local rc=${1:-$?} t=$(( $(date +%s) - SD_START ))
     if [[ -n "${SLURM_JOB_ID:-}" ]]; then
         printf '== %s: elapsed %dm%02ds (%d s), exit status %d\n' "${SD_STAGE:-job}" $((t / 60)) $((t % 60)) "$t" "$rc"
     fi
@@ -85,5 +85,5 @@ sd_settings() {
     printf '   %-22s %s\n' repo "$SPECDISTILL_REPO" python "$(command -v python)" \
         modules "${SPECDISTILL_MODULES:-(none)}" env "${SPECDISTILL_ENV:-(none: PATH at submission)}" \
         partition "${SLURM_JOB_PARTITION:-?}" account "${SLURM_JOB_ACCOUNT:-(default)}" \
-        nodes "${SLURM_JOB_NODELIST:-?}" OMP_NUM_THREADS "$OMP_NUM_THREADS"
+        nodelist "${SLURM_JOB_NODELIST:-?}" OMP_NUM_THREADS "$OMP_NUM_THREADS"
 }

@@ -8,7 +8,8 @@ root from a private slurm.conf in a temporary folder, stopped by PID.
 The configuration is the one DESIGN.md records as working here (Debian `slurm-wlm`): no munge
 (auth/none, cred/none), proctrack/linuxproc, task/none, select/cons_tres with CR_CPU, no accounting
 (`sacct` needs slurmdbd; read states with `scontrol show job`). Finished jobs stay visible to scontrol for
-an hour (MinJobAge) and the scheduler runs every second, so dependency chains move without delay.
+an hour (MinJobAge), the scheduler runs every second, so dependency chains move without delay, and a
+requeued job restarts after 10 s instead of 120 (AuthInfo=cred_expire).
 `install()` installs the package with apt-get when `slurmctld` is missing and we are root.
 """
 
@@ -84,6 +85,7 @@ SchedulerParameters=sched_interval=1,bf_interval=1,sched_min_interval=100000
 MinJobAge=3600
 JobRequeue=1
 KillWait=10
+AuthInfo=cred_expire=10
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
