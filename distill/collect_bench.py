@@ -31,7 +31,7 @@ def main(argv=None) -> None:
     p.add_argument("--n", type=int, default=64)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--topk", type=int, default=32)
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=CollectConfig.batch_size)
     a = p.parse_args(argv)
     try:
         target, tok = load_target(a.target)

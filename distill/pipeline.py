@@ -54,6 +54,15 @@ def _stage(cls, base: dict, overrides: dict, name: str):
     return cls(**{**base, **overrides})
 
 
+def data_stages(target: str, out: Path, collect_over: dict, heldout_over: dict):
+    """The two collections every draft needs: train prompts, and held-out prompts for the acceptance proxy
+    (same generation settings, so the proxy compares like with like)."""
+    c = _stage(collect.CollectConfig, {"target": target, "prompts": "train", "output": str(out / "collect")}, collect_over, "collect")
+    h = _stage(collect.CollectConfig, {"target": target, "prompts": "heldout", "output": str(out / "heldout"), "limit": 64,
+                                       "max_new_tokens": c.max_new_tokens, "topk": c.topk}, heldout_over, "heldout")
+    return c, h
+
+
 def _merge(cfg: PipelineConfig) -> dict:
     """Preset values under the YAML's own (the YAML and flags win)."""
     p = PipelineConfig.PRESETS.get(cfg.preset or "", {})
@@ -68,12 +77,10 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     timings = {}
 
     t0 = time.perf_counter()
-    print(f"== collect: target outputs on the train prompts -> {out / 'collect'}", flush=True)
-    c = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "train", "output": str(out / "collect")}, s["collect"], "collect")
+    c, h = data_stages(cfg.target, out, s["collect"], s["heldout"])
+    print(f"== collect: target outputs on the train prompts -> {c.output}", flush=True)
     collect.run(c, ["--config", str(out / "pipeline.config.json")])
-    print(f"== collect: held-out outputs for the acceptance proxy -> {out / 'heldout'}", flush=True)
-    h = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "heldout", "output": str(out / "heldout"),
-                                       "max_new_tokens": c.max_new_tokens, "topk": c.topk}, s["heldout"], "heldout")
+    print(f"== collect: held-out outputs for the acceptance proxy -> {h.output}", flush=True)
     collect.run(h, [])
     timings["collect_s"] = round(time.perf_counter() - t0, 1)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from decode.errors import UserError
 from distill import collect, evaluate, train
 from distill import config as configlib
-from distill.pipeline import _stage
+from distill.pipeline import _stage, data_stages
 
 
 @dataclass
@@ -70,10 +70,7 @@ def pareto(rows: list[dict]) -> None:
 
 
 def _data(cfg: SweepConfig, out: Path):
-    c = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "train", "output": str(out / "collect")}, cfg.collect, "collect")
-    h = _stage(collect.CollectConfig, {"target": cfg.target, "prompts": "heldout", "output": str(out / "heldout"), "limit": 64,
-                                       "max_new_tokens": c.max_new_tokens, "topk": c.topk}, cfg.heldout, "heldout")
-    return c, h
+    return data_stages(cfg.target, out, cfg.collect, cfg.heldout)
 
 
 def run_design(cfg: SweepConfig, out: Path, d: dict) -> str | None:

@@ -127,3 +127,31 @@ def test_quick_pipeline_end_to_end_on_default_target(tmp_path):
     assert report["entries"] and summary["best"]["lossless"] is True
     assert (out / "train" / "checkpoint-000006" / "hf" / "draft_vocab.json").is_file()
     assert "best draft" in proc.stdout
+
+
+@pytest.mark.slow
+def test_sweep_ranks_designs_and_resumes_without_redoing_finished_ones(tiny_pair, tmp_path, capsys):
+    from distill import sweep
+
+    out = tmp_path / "sweep"
+    cfg = dict(target=tiny_pair["target"], output=str(out),
+               collect={"prompts": tiny_pair["prompts"], "max_new_tokens": 6, "topk": 4},
+               heldout={"prompts": tiny_pair["prompts"], "limit": 2},
+               train={"max_steps": 2, "eval_every": 2, "save_every": 2, "batch_size": 2, "report_to": "none", "vocab": 256},
+               evaluate={"prompts": tiny_pair["prompts"], "limit": 2, "max_new_tokens": 6, "gamma": 2},
+               designs=[{"name": "one", "layers": 1}, {"name": "two", "layers": 2},
+                        {"name": "impossible", "layers": [0, 7]}])
+    ranking = sweep.run(sweep.SweepConfig(**cfg))
+    names = [r["name"] for r in ranking]
+    assert set(names) == {"one", "two", "impossible"}
+    bad = next(r for r in ranking if r["name"] == "impossible")
+    assert "out of range" in bad["error"] or "within" in bad["error"]
+    ok = [r for r in ranking if "error" not in r]
+    assert all(r["lossless"] for r in ok) and any(r["pareto"] for r in ok)
+    assert "| rank | design |" in (out / "ranking.md").read_text()
+    stamp = (out / "designs" / "one" / "eval" / "report.json").stat().st_mtime_ns
+    capsys.readouterr()
+    again = sweep.run(sweep.SweepConfig(**cfg))  # resume: nothing finished is redone
+    assert "already evaluated (resume)" in capsys.readouterr().out
+    assert (out / "designs" / "one" / "eval" / "report.json").stat().st_mtime_ns == stamp
+    assert [r["name"] for r in again] == names
