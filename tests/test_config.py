@@ -106,23 +106,12 @@ def test_optional_string_flag():
     assert parse(["--generator", "runs/draft/hf"]).generator == "runs/draft/hf"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config.parse passes a scalar YAML value to a list field unchanged: "
-    "`--categories chat` becomes the string 'chat' (iterated as 'c','h','a','t'), "
-    "`--stop '###'` becomes None (a YAML comment)",
-)
 def test_a_single_value_for_a_list_field_is_a_one_item_list(tmp_path):
     assert parse(["--categories", "chat"]).categories == ["chat"]
     assert parse(["--stop", "###"]).stop == ["###"]
     assert parse(["--config", yaml_file(tmp_path, "stop: '</s>'\n")]).stop == ["</s>"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a non-mapping --columns reaches load_prompts and fails there with a "
-    "ValueError traceback from dict('question')",
-)
 def test_a_non_mapping_for_a_dict_field_is_a_user_error():
     with pytest.raises(UserError, match="columns"):
         parse(["--columns", "question"])
