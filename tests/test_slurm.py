@@ -285,7 +285,8 @@ grid: {{layers: [1, 2]}}
     ranking = json.loads((out / "sweep" / "ranking.json").read_text())
     assert sorted(row["name"] for row in ranking) == ["layers1", "layers2"]
     assert all("error" not in row for row in ranking), ranking
-    assert "already evaluated (resume)" in _log(tmp_path, "sd-sweep", r)
+    rank_log = _log(tmp_path, "sd-sweep", r)
+    assert "| rank | design |" in rank_log and "train + evaluate" not in rank_log  # ranks only, redoes nothing
 
 
 # --- bad input: outside an allocation, or a missing variable --------------------------------------------------
