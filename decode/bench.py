@@ -28,7 +28,7 @@ from decode.errors import UserError
 from decode.prompts import check_context, encode_prompt, read_prompts
 from decode.sampling import SamplingParams
 from decode.speculative import DEFAULT_CONFIDENCE, SCHEDULES, Stats, generate
-from decode.targets import load_draft, load_target
+from decode.targets import eos_ids, load_draft, load_target
 
 
 @dataclass
@@ -69,14 +69,6 @@ def parse_args(argv=None) -> BenchConfig:
         else:
             p.add_argument(flag, type=type(default) if default is not None else str, default=default)
     return BenchConfig(**vars(p.parse_args(argv)))
-
-
-def _eos_ids(model, tokenizer) -> tuple[int, ...]:
-    eos = model.generation_config.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos or [])
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
-        eos.append(tokenizer.eos_token_id)
-    return tuple(eos)
 
 
 def _hf_assisted(target, draft, ids, cfg: BenchConfig, sampling: SamplingParams, seed: int, eos: tuple[int, ...]):
@@ -123,7 +115,7 @@ def measure_pair(target, tok, draft, rows: list[dict], encoded: list[list[int]],
     """Time target alone, our decoder and (optionally) transformers' assisted generation on the same prompts,
     interleaved prompt by prompt after a warm-up; return the DESIGN.md result dict for this pair and γ."""
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
-    eos = _eos_ids(target, tok)
+    eos = eos_ids(target, tok)
     do_hf = hf_assisted and draft.vocab_map is None  # plain transformers cannot use a reduced-vocab draft
     device = str(target.device)
 

@@ -143,6 +143,16 @@ def load_target(spec: str, dtype: str | torch.dtype | None = "auto", device: str
     return model, tokenizer
 
 
+def eos_ids(model, tokenizer) -> tuple[int, ...]:
+    """Every id that ends generation: the generation config's EOS ids plus the tokenizer's (chat templates
+    often end turns with a token the generation config does not list)."""
+    eos = model.generation_config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+        eos.append(tokenizer.eos_token_id)
+    return tuple(eos)
+
+
 def check_tokenizers(target_tok, draft_tok, vocab_map: list[int] | None = None) -> None:
     """Drafts must speak the target's vocabulary; raise naming what differs.
 

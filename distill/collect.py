@@ -25,7 +25,7 @@ from decode.errors import UserError
 from decode.prompts import check_context, encode_prompt
 from decode.sampling import SamplingParams
 from decode.speculative import DraftVocab
-from decode.targets import load_draft, load_target
+from decode.targets import eos_ids, load_draft, load_target
 from distill import config as configlib
 from distill import shards
 from distill.batchgen import generate_batch, score_batch
@@ -128,7 +128,7 @@ def run(cfg: CollectConfig, argv: list[str] | None = None) -> dict | None:
     done = shards.done_ids(out)
     mine = [r for i, r in enumerate(rows) if i % world == rank and r["id"] not in done]
     mine.sort(key=lambda r: -len(r["prompt_ids"]))  # similar lengths share a batch: little padding
-    eos = set(_eos_ids(target, tok))
+    eos = set(eos_ids(target, tok))
     pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos), 0)
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     generator_model, gvocab = None, None
@@ -167,12 +167,6 @@ def run(cfg: CollectConfig, argv: list[str] | None = None) -> dict | None:
         bar.set_postfix(tokens=tokens, tok_s=f"{tokens / seconds:.1f}")
     bar.close()
     return finish(out, cfg, rows, tok, argv)
-
-
-def _eos_ids(model, tok) -> list[int]:
-    eos = model.generation_config.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos or [])
-    return eos + ([tok.eos_token_id] if tok.eos_token_id is not None and tok.eos_token_id not in eos else [])
 
 
 def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv) -> dict | None:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from decode.bench import BenchConfig, _eos_ids, encode_all, measure_pair
+from decode.bench import BenchConfig, encode_all, measure_pair
 from decode.errors import UserError
-from decode.targets import load_draft, load_target
+from decode.targets import eos_ids, load_draft, load_target
 from distill import checkpoints, plots, report
 from distill import config as configlib
 from distill.prompts import load_prompts, resolve
@@ -78,7 +78,7 @@ def _label(spec: str, step: int | None) -> str:
 
 def prompt_lookup(target, tok, rows, encoded, cfg: EvalConfig, gamma: int) -> dict:
     """transformers' prompt-lookup decoding against the target alone (both HF generate), interleaved."""
-    eos = _eos_ids(target, tok)
+    eos = eos_ids(target, tok)
     base = pld = 0.0
     tokens_b = tokens_p = same = 0
 

@@ -165,6 +165,7 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
     seqs = [p + r for p, r in zip(ds["prompt_ids"], ds["response_ids"])]
     design = cfg.design()
     draft, vocab_map = build_draft(design, target, tok, seqs, cfg.seed)
+    target_layers = design.layer_indices(target.config.num_hidden_layers)  # recorded in specdistill.json
     if cfg.lora_r:
         if not cfg.init.startswith("pretrained:"):
             raise UserError("--lora-r adapts an existing model: use it with --init pretrained:PATH")
@@ -243,7 +244,7 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
         meta = {
             "target": cfg.target,
             "target_name": DEFAULT_HUB_ID if cfg.target == DEFAULT_TARGET else cfg.target,
-            "design": {**asdict(design), **card, "layers": design.layer_indices(draft_layers_of_target())},
+            "design": {**asdict(design), **card, "layers": target_layers},
             "init": cfg.init,
             "loss": cfg.loss,
             "data": {"path": cfg.data, "rows": len(ds), "tokens": sum(len(r) for r in ds["response_ids"]),
@@ -255,11 +256,6 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
             "train_config": asdict(cfg),
         }
         (hf_dir / "specdistill.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
-
-    n_target_layers = collect_target_layers(cfg)
-
-    def draft_layers_of_target() -> int:
-        return n_target_layers
 
     # --- evaluation: teacher-forced top-1 agreement on held-out target outputs (≈ α for greedy decoding)
     @torch.no_grad()
@@ -274,7 +270,7 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
             agree += torch.stack([(pred == b["target_top1"]).sum().float(), torch.tensor(float(len(pred)), device=pred.device)])
         agree = accelerator.reduce(agree, "sum")
         metrics = {"eval/acceptance_proxy": round((agree[0] / agree[1].clamp_min(1)).item(), 4)}
-        if keep_target and ds_plugin is None or (keep_target and ds_plugin.zero_stage < 3):
+        if keep_target and (ds_plugin is None or ds_plugin.zero_stage < 3):  # ZeRO-3 shards the weights
             metrics.update(spec_eval(accelerator.unwrap_model(student).model))
         student.train()
         return metrics
@@ -372,14 +368,6 @@ def hash_id(x: str) -> int:
     import zlib
 
     return zlib.crc32(x.encode())
-
-
-def collect_target_layers(cfg: TrainConfig) -> int:
-    from transformers import AutoConfig
-
-    from decode.targets import resolve
-
-    return AutoConfig.from_pretrained(resolve(cfg.target)).num_hidden_layers
 
 
 if __name__ == "__main__":

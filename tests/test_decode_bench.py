@@ -72,7 +72,7 @@ def test_bench_result_schema_and_lossless(tmp_path, tiny_llama, tiny_tokenizer, 
 def test_bench_hf_assisted_stops_at_the_same_eos_as_ours(tmp_path, tiny_llama, tiny_tokenizer):
     """The tokenizer's EOS is not in the model's generation_config: both decoders must still stop at it.
 
-    bench._eos_ids adds the tokenizer's EOS for our decoder, so transformers must be given the same ids,
+    decode.targets.eos_ids adds the tokenizer's EOS for our decoder, so transformers must be given the same ids,
     or it runs past the EOS and its tokens/s and outputs_matching_target compare different outputs.
     """
     target, prompts, _ = _folders(tmp_path, tiny_llama, tiny_tokenizer, eos_in_generation_config=False)

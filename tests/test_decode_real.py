@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from decode import generate
-from decode.bench import _eos_ids
 from decode.prompts import encode_prompt, read_prompts
+from decode.targets import eos_ids as _eos_ids
 from decode.targets import load_draft, load_target
 
 pytestmark = pytest.mark.slow
