@@ -66,8 +66,13 @@ def test_report_schema_plots_and_ranking(tiny_pair, tmp_path):
         assert cm["c"] > 0 and "predicted_speedup" in cm and cm["v"]
     good = [e for e in report["entries"] if e["draft"] == tiny_pair["good"]]
     assert all(e["speculative"]["acceptance_rate"] == 1.0 for e in good)
-    # the built-in difference: a perfect draft ranks above a random one
-    assert res["best"]["draft"] == tiny_pair["good"]
+    # the built-in difference: a perfect draft ranks above a random one on acceptance at every γ (measured
+    # speedups of tiny models are timing noise on a shared box, so the ranking rule is checked on its own)
+    bad = {e["gamma"]: e for e in report["entries"] if e["draft"] == tiny_pair["random"]}
+    for e in good:
+        assert e["speculative"]["tau"] > bad[e["gamma"]]["speculative"]["tau"]
+    fastest = max(report["entries"], key=lambda e: e["speedup"])
+    assert (res["best"]["draft"], res["best"]["gamma"]) == (fastest["draft"], fastest["gamma"])
     md = (tmp_path / "report.md").read_text()
     assert "| draft |" in md and "Per category" in md
     for png in ("speedup_by_gamma.png", "design_map.png"):
