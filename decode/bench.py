@@ -114,63 +114,94 @@ def measure_pair(target, tok, draft, rows: list[dict], encoded: list[list[int]],
                  hf_assisted: bool = True, log=None) -> dict:
     """Time target alone, our decoder and (optionally) transformers' assisted generation on the same prompts,
     interleaved prompt by prompt after a warm-up; return the DESIGN.md result dict for this pair and γ."""
-    sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
+    return measure_many(target, tok, [(draft, cfg, hf_assisted)], rows, encoded, log)[0]
+
+
+def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list[list[int]], log=None) -> list[dict]:
+    """Several (draft, BenchConfig, hf_assisted) runs against ONE target-alone baseline: per prompt the target
+    alone decodes once, then every run decodes the same prompt, so all ratios share the same baseline and
+    machine noise; returns one DESIGN.md result dict per run. The runs differ in draft, γ and schedule only."""
+    first = runs[0][1]
+    sampling = SamplingParams(first.temperature, first.top_k, first.top_p)
+    for _, c, _ in runs:
+        if (c.temperature, c.top_k, c.top_p, c.max_new_tokens, c.seed) != (first.temperature, first.top_k, first.top_p,
+                                                                          first.max_new_tokens, first.seed):
+            raise ValueError("measure_many: runs must share sampling settings, max_new_tokens and seed")
     eos = eos_ids(target, tok)
-    do_hf = hf_assisted and draft.vocab_map is None  # plain transformers cannot use a reduced-vocab draft
     device = str(target.device)
 
-    def ours(ids, gamma, seed):
+    def ours(draft, ids, cfg, seed):
+        gamma = cfg.gamma if draft is not None else 0  # γ = 0: the target alone through the same loop
         gen = torch.Generator(device=device).manual_seed(seed)
-        return generate(target, draft.model if gamma else None, ids, cfg.max_new_tokens, gamma, cfg.schedule,
-                        sampling, eos, vocab_map=draft.vocab_map, generator=gen)
+        return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, gamma,
+                        cfg.schedule, sampling, eos, vocab_map=draft.vocab_map if draft is not None else None,
+                        generator=gen)
+
+    # plain transformers cannot use a reduced-vocab draft
+    do_hf = [hf and d.vocab_map is None for d, _, hf in runs]
 
     # --- warm-up: every path once, not timed
-    ours(encoded[0], 0, 0)
-    ours(encoded[0], cfg.gamma, 0)
-    if do_hf:
-        _hf_assisted(target, draft.model, encoded[0], cfg, sampling, 0, eos)
+    ours(None, encoded[0], first, 0)
+    for (draft, cfg, _), hf_on in zip(runs, do_hf):
+        ours(draft, encoded[0], cfg, 0)
+        if hf_on:
+            _hf_assisted(target, draft.model, encoded[0], cfg, sampling, 0, eos)
 
-    # --- timed runs, interleaved prompt by prompt so machine noise hits all three alike
-    base, spec = Stats(), Stats()
-    hf = {"tokens": 0, "seconds": 0.0, "matches_target": 0}
-    per_cat = defaultdict(lambda: {"prompts": 0, "base": Stats(), "spec": Stats()})
-    lossless = True
+    # --- timed runs, interleaved prompt by prompt so machine noise hits every path alike
+    base = Stats()
+    base_cat: dict[str, Stats] = defaultdict(Stats)
+    acc = [{"spec": Stats(), "cat": defaultdict(Stats), "prompts": defaultdict(int), "lossless": True,
+            "hf": {"tokens": 0, "seconds": 0.0, "matches_target": 0}} for _ in runs]
     for i, (row, ids) in enumerate(zip(rows, encoded)):
-        seed = cfg.seed + i
-        ref, s0 = ours(ids, 0, seed)
-        out, s1 = ours(ids, cfg.gamma, seed)
+        seed = first.seed + i
+        ref, s0 = ours(None, ids, first, seed)
         base += s0
-        spec += s1
-        cat = per_cat[row["category"]]
-        cat["prompts"] += 1
-        cat["base"] += s0
-        cat["spec"] += s1
-        if sampling.greedy and out != ref:
-            lossless = False
-            print(f"warning: prompt {row['id']}: speculative output differs from the target alone", file=sys.stderr)
-        if do_hf:
-            y, secs = _hf_assisted(target, draft.model, ids, cfg, sampling, seed, eos)
-            hf["tokens"] += len(y)
-            hf["seconds"] += secs
-            hf["matches_target"] += int(y == ref)
-        if log:
-            log(f"[{i + 1}/{len(rows)}] {row['id']}: {len(out)} tokens, accepted {s1.accepted}/{s1.proposed}")
+        base_cat[row["category"]] += s0
+        for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
+            out, s1 = ours(draft, ids, cfg, seed)
+            a["spec"] += s1
+            a["cat"][row["category"]] += s1
+            a["prompts"][row["category"]] += 1
+            if sampling.greedy and out != ref:
+                a["lossless"] = False
+                print(f"warning: prompt {row['id']}: speculative output of {cfg.draft} (γ={cfg.gamma}) differs from "
+                      "the target alone", file=sys.stderr)
+            if hf_on:
+                y, secs = _hf_assisted(target, draft.model, ids, cfg, sampling, seed, eos)
+                a["hf"]["tokens"] += len(y)
+                a["hf"]["seconds"] += secs
+                a["hf"]["matches_target"] += int(y == ref)
+            if log:
+                log(f"[{i + 1}/{len(rows)}] {row['id']} {cfg.draft} γ={cfg.gamma}: {len(out)} tokens, "
+                    f"accepted {s1.accepted}/{s1.proposed}")
 
-    # --- cost model inputs on this device, and its prediction next to the measurement
-    gammas = sorted({1, 2, 3, 4, 5, 6, 8, cfg.gamma})
-    lat = latency.measure(target, draft.model, gammas)
+    # --- cost model inputs on this device (once per draft), and its prediction next to the measurement
+    results, lat_cache = [], {}
+    b = base.as_dict()
+    for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
+        gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma for d, c, _ in runs if d is draft)})
+        if id(draft) not in lat_cache:
+            lat_cache[id(draft)] = latency.measure(target, draft.model, gammas)
+        results.append(_entry(cfg, device, target, len(rows), b, base_cat, a, hf_on, lat_cache[id(draft)]))
+    return results
+
+
+def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_cat: dict, a: dict, hf_on: bool,
+           lat: dict) -> dict:
+    """One DESIGN.md result dict from the accumulated stats of a run."""
+    spec, hf = a["spec"], a["hf"]
     v = {int(g): x for g, x in lat["v"].items()}
     alpha = spec.acceptance_rate
-    speedup = (spec.new_tokens / spec.seconds) / (base.new_tokens / base.seconds)
+    s = spec.as_dict()
+    speedup = (spec.new_tokens / spec.seconds) / (b["tokens"] / b["seconds"])
     best_g, best_pred = costmodel.best_gamma(alpha, lat["c"], v)
-    b, s = base.as_dict(), spec.as_dict()
     hf_rate = _rate(hf["tokens"], hf["seconds"])
     return {
         "target": cfg.target,
         "draft": cfg.draft,
         "device": _device_name(device),
         "dtype": str(target.dtype).replace("torch.", ""),
-        "prompts": len(rows),
+        "prompts": n_prompts,
         "prompt_file": cfg.prompts,
         "max_new_tokens": cfg.max_new_tokens,
         "temperature": cfg.temperature,
@@ -182,22 +213,22 @@ def measure_pair(target, tok, draft, rows: list[dict], encoded: list[list[int]],
             {"tokens": hf["tokens"], "seconds": round(hf["seconds"], 4), "tokens_per_s": hf_rate,
              "outputs_matching_target": hf["matches_target"], "num_assistant_tokens": cfg.gamma,
              "assistant_confidence_threshold": DEFAULT_CONFIDENCE if cfg.schedule == "dynamic" else 0.0}
-            if do_hf else None
+            if hf_on else None
         ),
         "speedup": round(speedup, 4),
-        "speedup_vs_hf_assisted": round(s["tokens_per_s"] / hf_rate, 4) if do_hf and hf_rate else None,
-        "lossless": lossless if sampling.greedy else None,
+        "speedup_vs_hf_assisted": round(s["tokens_per_s"] / hf_rate, 4) if hf_on and hf_rate else None,
+        "lossless": a["lossless"] if cfg.temperature == 0 else None,
         "per_category": {
             name: {
-                "prompts": c["prompts"],
-                "tokens": c["spec"].new_tokens,
-                "acceptance_rate": round(c["spec"].acceptance_rate, 4),
-                "tau": round(c["spec"].tau, 4),
-                "baseline_tokens_per_s": c["base"].as_dict()["tokens_per_s"],
-                "speculative_tokens_per_s": c["spec"].as_dict()["tokens_per_s"],
-                "speedup": round(c["spec"].as_dict()["tokens_per_s"] / c["base"].as_dict()["tokens_per_s"], 4),
+                "prompts": a["prompts"][name],
+                "tokens": c.new_tokens,
+                "acceptance_rate": round(c.acceptance_rate, 4),
+                "tau": round(c.tau, 4),
+                "baseline_tokens_per_s": base_cat[name].as_dict()["tokens_per_s"],
+                "speculative_tokens_per_s": c.as_dict()["tokens_per_s"],
+                "speedup": round(c.as_dict()["tokens_per_s"] / base_cat[name].as_dict()["tokens_per_s"], 4),
             }
-            for name, c in sorted(per_cat.items())
+            for name, c in sorted(a["cat"].items())
         },
         "cost_model": {
             **lat,

@@ -1,6 +1,6 @@
 """Draft construction: a standard HF causal LM of the target's class, built from a design.
 
-    layers             count (first ⌈n/2⌉ and last ⌊n/2⌋ target layers) or explicit target layer indices
+    layers             count (the target's first N layers) or explicit target layer indices
     hidden_size, intermediate_size, num_attention_heads, num_key_value_heads   (None = the target's)
     init               target_layers | prune | random | pretrained:PATH
     vocab              "full" or N: the draft's vocabulary is the N most frequent target tokens in the data
@@ -41,8 +41,9 @@ class DraftDesign:
         if isinstance(self.layers, int):
             if not 1 <= self.layers <= n_target:
                 raise UserError(f"layers={self.layers}: the draft needs 1..{n_target} layers (the target has {n_target})")
-            first = (self.layers + 1) // 2
-            return list(range(first)) + list(range(n_target - (self.layers - first), n_target))
+            # a count keeps the target's first N layers: on the default target a [0, 1] draft beat [0, 29], [0, 2]
+            # and [1, 2] at equal steps (held-out proxy 0.213 vs 0.196 / 0.141 at 60 steps; 0.187 vs 0.159 for [0, 29])
+            return list(range(self.layers))
         idx = [int(i) for i in self.layers]
         bad = [i for i in idx if not 0 <= i < n_target]
         if bad or not idx or len(set(idx)) != len(idx):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from decode.bench import BenchConfig, encode_all, measure_pair
+from decode.bench import BenchConfig, encode_all, measure_many
 from decode.errors import UserError
 from decode.targets import eos_ids, load_draft, load_target
 from distill import checkpoints, plots, report
@@ -38,6 +38,7 @@ class EvalConfig:
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per prompt"})
     temperature: float = field(default=0.0, metadata={"help": "0 = greedy (lossless is checked)"})
     gamma: int | list = field(default=4, metadata={"help": "γ, or a list of γ to sweep"})
+    checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
     schedule: str = field(default="constant", metadata={"help": "constant | heuristic | dynamic"})
     output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
     anchors: bool = field(default=True, metadata={"help": "also HF assisted, prompt lookup, untrained layer cut"})
@@ -51,6 +52,8 @@ class EvalConfig:
         gammas = self.gammas()
         if not gammas or min(gammas) < 1:
             raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
+        if self.checkpoints not in ("all", "last"):
+            raise UserError(f"--checkpoints must be 'all' or 'last', got {self.checkpoints!r}")
         if not self.run and not self.drafts:
             raise UserError("give --run RUN_DIR (every checkpoint) or --drafts D1 D2 ...")
 
@@ -116,14 +119,17 @@ def run(cfg: EvalConfig, argv: list[str] | None = None) -> dict:
         if not found:
             errors.append({"draft": cfg.run, "error": f"no complete checkpoints in {cfg.run} (nothing to evaluate there)"})
             print(f"warning: {errors[-1]['error']}", file=sys.stderr)
-        todo += found
+        todo += found[-1:] if cfg.checkpoints == "last" else found
     todo += [(d, None) for d in cfg.drafts]
     if cfg.anchors:  # the self-speculative baseline: the same target layers, untrained
         layers = next((m["design"]["layers"] for d, _ in todo if (m := _meta(d)).get("design")), None)
         if isinstance(layers, list):
             todo.append(("layers:" + ",".join(map(str, layers)), None))
 
-    entries = []
+    # --- every draft x γ against one shared target-alone baseline (decode.bench.measure_many)
+    gammas = cfg.gammas()
+    newest = max((s for _, s in todo if s is not None), default=None)
+    runs, labels = [], []
     for spec, step in todo:
         try:
             draft = load_draft(spec, target, tok, device=cfg.device)
@@ -131,17 +137,26 @@ def run(cfg: EvalConfig, argv: list[str] | None = None) -> dict:
             errors.append({"draft": spec, "error": str(e)})
             print(f"warning: draft {spec} skipped: {e}", file=sys.stderr)
             continue
-        for g in cfg.gammas():
+        # the γ sweep (and transformers' assisted generation with the same draft) goes to the drafts asked for
+        # and the newest checkpoint; the untrained anchor and the earlier checkpoints (the by-step curve) run
+        # at the first γ only, which keeps evaluation time in check
+        main = not spec.startswith("layers:") and (step is None or step == newest)
+        for g in gammas if main else gammas[:1]:
             bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
                                gamma=g, schedule=cfg.schedule, temperature=cfg.temperature, seed=cfg.seed,
                                device=cfg.device, dtype=cfg.dtype)
-            print(f"evaluating {spec} at γ={g} on {len(rows)} prompts", file=sys.stderr)
-            e = measure_pair(target, tok, draft, rows, encoded, bcfg, hf_assisted=cfg.anchors)
+            runs.append((draft, bcfg, cfg.anchors and main))
+            labels.append((spec, step))
+    entries = []
+    if runs:
+        print(f"evaluating {len(runs)} draft x γ runs on {len(rows)} prompts (one shared target-alone baseline)",
+              file=sys.stderr)
+        for e, (spec, step) in zip(measure_many(target, tok, runs, rows, encoded), labels):
             meta = _meta(spec)
             e.update(label=_label(spec, step), step=step if step is not None else meta.get("step"),
                      design=meta.get("design"), trained=not spec.startswith("layers:"))
             entries.append(e)
-        del draft
+    del runs
 
     anchors = {}
     if cfg.anchors:

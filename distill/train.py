@@ -38,7 +38,8 @@ from distill.tracking import Tracker
 @dataclass
 class TrainConfig:
     target: str = field(default="default", metadata={"help": "target the data was collected from"})
-    data: str = field(default="runs/collect-default", metadata={"help": "collected dataset (distill.collect --output)"})
+    data: str | list = field(default="runs/collect-default",
+                             metadata={"help": "collected dataset (distill.collect --output), or a list of them (e.g. + on-policy rows)"})
     eval_data: str | None = field(default=None, metadata={"help": "collected held-out dataset (default: 5%% of --data by id)"})
     output: str = field(default="runs/train-default", metadata={"help": "run dir: checkpoints, metrics.jsonl, W&B"})
     # --- draft design (distill/draft.py)
@@ -145,11 +146,14 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
 
         unset_hf_deepspeed_config()
     target, tok = load_target(cfg.target, "float32", str(accelerator.device))
-    info = collect_info(cfg.data)
-    if info.get("tokenizer") != tokenizer_fingerprint(tok):
-        raise UserError(f"{cfg.data} was collected with another tokenizer (target {info.get('target')!r}); "
-                        f"collect data with --target {cfg.target} or train against that target")
-    ds = load_collected(cfg.data)
+    data_dirs = cfg.data if isinstance(cfg.data, list) else [cfg.data]
+    infos = [collect_info(d) for d in data_dirs]
+    for d, info in zip(data_dirs, infos):
+        if info.get("tokenizer") != tokenizer_fingerprint(tok):
+            raise UserError(f"{d} was collected with another tokenizer (target {info.get('target')!r}); "
+                            f"collect data with --target {cfg.target} or train against that target")
+    info = infos[0]
+    ds = concatenate([load_collected(d) for d in data_dirs])
     if len(ds) == 0:
         raise UserError(f"{cfg.data} is empty")
     if cfg.eval_data:
@@ -158,7 +162,7 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
         held = [i for i, x in enumerate(ds["id"]) if hash_id(x) % 20 == 0]
         eval_ds, ds = ds.select(held), ds.select(sorted(set(range(len(ds))) - set(held)))
     needs_topk = any(cfg.loss.get(k, 0) > 0 for k in losses.DIVERGENCES)
-    if needs_topk and not info.get("k"):
+    if needs_topk and not all(i.get("k") for i in infos):
         raise UserError(f"{cfg.data} has no top-k logprobs (collected with --topk 0); use --loss '{{ce: 1.0}}' or recollect")
 
     # --- the draft
@@ -248,10 +252,11 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
             "init": cfg.init,
             "loss": cfg.loss,
             "data": {"path": cfg.data, "rows": len(ds), "tokens": sum(len(r) for r in ds["response_ids"]),
-                     "prompts": info.get("settings", {}).get("prompts"), "collect_command": info.get("command")},
+                     "prompts": info.get("settings", {}).get("prompts"), "collect_command": info.get("command"),
+                     "collect_commands": [i.get("command") for i in infos]},
             "step": step,
             "metrics": last_eval,
-            "commands": [c for c in (info.get("command"), command) if c],
+            "commands": [c for c in (*(i.get("command") for i in infos), command) if c],
             "wandb": tracker.run_info,
             "train_config": asdict(cfg),
         }
@@ -361,6 +366,16 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
             break
     tracker.finish()
     return run_dir
+
+
+def concatenate(parts):
+    """Several collected datasets as one, on the columns every one of them has."""
+    import datasets
+
+    if len(parts) == 1:
+        return parts[0]
+    common = set.intersection(*(set(p.column_names) for p in parts))
+    return datasets.concatenate_datasets([p.remove_columns(sorted(set(p.column_names) - common)) for p in parts])
 
 
 def hash_id(x: str) -> int:

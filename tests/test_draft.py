@@ -95,7 +95,7 @@ def _expected_shapes(
 # --- init: target_layers ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layers, expected", [(2, [0, 3]), ([1, 3], [1, 3]), (3, [0, 1, 3]), (1, [0])])
+@pytest.mark.parametrize("layers, expected", [(2, [0, 1]), ([1, 3], [1, 3]), (3, [0, 1, 2]), (1, [0])])
 def test_target_layers_copies_the_chosen_layers(target4, tok, layers, expected):
     draft, vocab_map = build_draft(DraftDesign(layers=layers, init="target_layers"), target4, tok)
     assert vocab_map is None

@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from decode.errors import UserError
 from decode.targets import load_tokenizer
-from distill import evaluate
+from distill import checkpoints, evaluate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -100,6 +100,23 @@ def test_unknown_category_is_a_clear_error(tiny_pair, tmp_path):
         evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"]], categories=["poetry"]))
 
 
+def test_all_runs_share_one_baseline_and_earlier_checkpoints_run_at_the_first_gamma(tiny_pair, tmp_path):
+    """One target-alone pass per prompt serves every draft x γ; a run's older checkpoints get only the first γ."""
+    run = tmp_path / "run"
+    for step in (2, 4):
+        (run / f"checkpoint-{step:06d}").mkdir(parents=True)
+        _save(LlamaForCausalLM.from_pretrained(tiny_pair["good"]), load_tokenizer("default"),
+              run / f"checkpoint-{step:06d}" / "hf")
+        (run / f"checkpoint-{step:06d}" / checkpoints.STATE_FILE).write_text("{}")
+    res = evaluate.run(_cfg(tiny_pair, tmp_path / "eval", run=str(run), drafts=[tiny_pair["random"]]))
+    got = sorted((e["step"], e["gamma"]) for e in res["entries"] if e["trained"] and e["draft"] != tiny_pair["random"])
+    assert got == [(2, 1), (4, 1), (4, 3)]
+    assert sorted(e["gamma"] for e in res["entries"] if e["draft"] == tiny_pair["random"]) == [1, 3]
+    assert len({json.dumps(e["baseline"]) for e in res["entries"]}) == 1
+    last = evaluate.run(_cfg(tiny_pair, tmp_path / "last", run=str(run), checkpoints="last"))
+    assert sorted((e["step"], e["gamma"]) for e in last["entries"]) == [(4, 1), (4, 3)]
+
+
 def test_gamma_and_missing_drafts_are_rejected():
     with pytest.raises(UserError, match="gamma"):
         evaluate.EvalConfig(drafts=["x"], gamma=0)
@@ -160,3 +177,17 @@ def test_sweep_ranks_designs_and_resumes_without_redoing_finished_ones(tiny_pair
     assert "already evaluated (resume)" in capsys.readouterr().out
     assert (out / "designs" / "one" / "eval" / "report.json").stat().st_mtime_ns == stamp
     assert [r["name"] for r in again] == names
+
+
+def test_pipeline_stage_settings_merge_yaml_then_preset_then_flags():
+    from distill import config as configlib
+    from distill import pipeline
+
+    argv = ["--config", "configs/pipeline/default.yaml", "--preset", "quick", "--train", "{max_steps: 7}"]
+    cfg = configlib.parse(pipeline.PipelineConfig, argv)
+    s = pipeline._merge(cfg, argv)
+    assert s["train"]["max_steps"] == 7 and s["train"]["vocab"] == 8192  # flag wins, the YAML's recipe stays
+    assert s["evaluate"]["limit"] == 8 and s["evaluate"]["gamma"] == [1, 2, 3]  # preset over the YAML
+    assert s["collect"]["limit"] == 96 and s["collect"]["topk"] == 32
+    plain = ["--config", "configs/pipeline/default.yaml"]
+    assert pipeline._merge(configlib.parse(pipeline.PipelineConfig, plain), plain)["train"]["max_steps"] == 500
