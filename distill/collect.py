@@ -112,7 +112,8 @@ def prepare(cfg: CollectConfig, tokenizer, max_positions: int) -> list[dict]:
     return rows
 
 
-def run(cfg: CollectConfig, argv: list[str] | None = None) -> dict | None:
+def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None = None) -> dict | None:
+    """Collect (resumable). `command`: the command line to record, when another job (pipeline, sweep) runs this stage."""
     out = Path(cfg.output)
     device = _device(cfg.device)
     target, tok = load_target(cfg.target, cfg.dtype, device)
@@ -166,10 +167,10 @@ def run(cfg: CollectConfig, argv: list[str] | None = None) -> dict | None:
         bar.update(len(batch))
         bar.set_postfix(tokens=tokens, tok_s=f"{tokens / seconds:.1f}")
     bar.close()
-    return finish(out, cfg, rows, tok, argv)
+    return finish(out, cfg, rows, tok, argv, command)
 
 
-def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv) -> dict | None:
+def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: str | None = None) -> dict | None:
     """Write collect.json once every prompt is in a shard (the last rank to finish does it)."""
     metas = shards.shard_meta(out)
     n_rows = sum(m["rows"] for m in metas)
@@ -193,7 +194,7 @@ def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv) -> dict |
         "tokens_per_s": round(sum(t / s for t, s in per_rank.values() if s), 2),
         "bytes": sum(f.stat().st_size for f in (out / "shards").rglob("*.arrow")),
         "config": configlib.to_dict(cfg),
-        "command": "python -m distill.collect " + " ".join(argv or []),
+        "command": command or "python -m distill.collect " + " ".join(argv or []),
     }
     info["bytes_per_token"] = round(info["bytes"] / max(tokens, 1), 1)
     shards.write_json_atomic(out / "collect.json", info)

@@ -105,7 +105,7 @@ def prompt_lookup(target, tok, rows, encoded, cfg: EvalConfig, gamma: int) -> di
             "outputs_matching_target": same, "prompts": len(encoded)}
 
 
-def run(cfg: EvalConfig, argv: list[str] | None = None) -> dict:
+def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = None) -> dict:
     out = Path(cfg.output or (Path(cfg.run) / "eval" if cfg.run else "runs/eval"))
     out.mkdir(parents=True, exist_ok=True)
     rows = load_prompts(cfg.prompts, categories=cfg.categories or None, limit=cfg.limit)
@@ -151,7 +151,8 @@ def run(cfg: EvalConfig, argv: list[str] | None = None) -> dict:
     if runs:
         print(f"evaluating {len(runs)} draft x γ runs on {len(rows)} prompts (one shared target-alone baseline)",
               file=sys.stderr)
-        for e, (spec, step) in zip(measure_many(target, tok, runs, rows, encoded), labels):
+        progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+        for e, (spec, step) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
             meta = _meta(spec)
             e.update(label=_label(spec, step), step=step if step is not None else meta.get("step"),
                      design=meta.get("design"), trained=not spec.startswith("layers:"))
@@ -162,12 +163,12 @@ def run(cfg: EvalConfig, argv: list[str] | None = None) -> dict:
     if cfg.anchors:
         anchors["prompt_lookup"] = prompt_lookup(target, tok, rows, encoded, cfg, max(cfg.gammas()))
     result = {"target": cfg.target, "prompts": len(rows), "prompt_set": cfg.prompts, "config": asdict(cfg),
-              "command": "python -m distill.evaluate " + " ".join(argv or []),
+              "command": command or "python -m distill.evaluate " + " ".join(argv or []),
               "entries": entries, "anchors": anchors, "errors": errors}
     result["best"] = report.best(entries)
     (out / "report.json").write_text(json.dumps(result, indent=2) + "\n")
-    pngs = [p for p in (plots.by_step(entries, out / "acceptance_by_step.png"), plots.by_gamma(entries, out / "speedup_by_gamma.png"),
-                        plots.design_map(entries, out / "design_map.png")) if p]
+    makers = (plots.by_step, plots.by_gamma, plots.design_map)  # in report.PLOT_FILES order
+    pngs = [p for p in (make(entries, out / name) for make, name in zip(makers, report.PLOT_FILES)) if p]
     (out / "report.md").write_text(report.markdown(result, [p.name for p in pngs]))
     if cfg.report_to == "wandb":
         report.log_wandb(result, pngs, cfg.wandb_project, out)

@@ -96,14 +96,15 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     configlib.save(cfg, out / "pipeline.config.json")
     s = _merge(cfg, argv)
+    command = "python -m distill.pipeline " + " ".join(argv)  # recorded by every stage it runs
     timings = {}
 
     t0 = time.perf_counter()
     c, h = data_stages(cfg.target, out, s["collect"], s["heldout"])
     print(f"== collect: target outputs on the train prompts -> {c.output}", flush=True)
-    collect.run(c, ["--config", str(out / "pipeline.config.json")])
+    collect.run(c, command=command)
     print(f"== collect: held-out outputs for the acceptance proxy -> {h.output}", flush=True)
-    collect.run(h, [])
+    collect.run(h, command=command)
     timings["collect_s"] = round(time.perf_counter() - t0, 1)
 
     t0 = time.perf_counter()
@@ -120,13 +121,13 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
         if subprocess.run(cmd, env=os.environ.copy()).returncode != 0:
             raise UserError("training failed (see its output above); rerun the same command to resume it")
     else:
-        train.train(t, ["--config", str(out / "pipeline.config.json")])
+        train.train(t, [], command=command)
     timings["train_s"] = round(time.perf_counter() - t0, 1)
 
     t0 = time.perf_counter()
     print(f"== evaluate -> {out / 'eval'}", flush=True)
     e = _stage(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")}, s["evaluate"], "evaluate")
-    result = evaluate.run(e, ["--run", t.output])
+    result = evaluate.run(e, command=command)
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"), "timings": timings}
     (out / "pipeline.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -279,6 +279,9 @@ def log_to_wandb(
     try:
         if info.get("dir"):
             Path(info["dir"]).mkdir(parents=True, exist_ok=True)
+        from distill.tracking import offline_without_key
+
+        offline_without_key()  # the training run was offline when no key was set; resume it the same way
         run = wandb.init(project=info.get("project"), id=info["run_id"], resume="allow", dir=info.get("dir"))
         summary = {
             "publish/repo_id": repo_id,

@@ -1,9 +1,16 @@
-"""Turning an evaluation result into what people read: report.md, a headline, W&B tables."""
+"""Turning an evaluation result into what people read: report.md, a headline, W&B tables.
+
+    python -m distill.report EVAL_DIR      # rewrite EVAL_DIR/report.md from its report.json (no re-measuring)
+"""
 
 from __future__ import annotations
 
-import os
+import json
+import sys
 from pathlib import Path
+
+# the plots distill.evaluate writes, in report order: by training step, by γ, the design map
+PLOT_FILES = ("acceptance_by_step.png", "speedup_by_gamma.png", "design_map.png")
 
 
 def best(entries: list[dict]) -> dict | None:
@@ -15,6 +22,8 @@ def best(entries: list[dict]) -> dict | None:
     return {"draft": e["draft"], "label": e["label"], "gamma": e["gamma"], "speedup": e["speedup"],
             "acceptance_rate": e["speculative"]["acceptance_rate"], "tau": e["speculative"]["tau"],
             "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
+            # the cost model checked where it matters: (predicted - measured) / measured at the best measured γ
+            "prediction_error": round((e["cost_model"]["predicted_speedup"] - e["speedup"]) / e["speedup"], 4),
             "speedup_vs_hf_assisted": e["speedup_vs_hf_assisted"]}
 
 
@@ -23,7 +32,7 @@ def headline(result: dict) -> str:
     if not b:
         return f"no draft evaluated; see {result.get('output')}/report.md"
     return (f"best draft {b['draft']} (γ={b['gamma']}): speedup {b['speedup']}x over the target alone "
-            f"(cost model predicted {b['predicted_speedup']}x), α={b['acceptance_rate']}, τ={b['tau']}, "
+            f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}), α={b['acceptance_rate']}, τ={b['tau']}, "
             f"lossless={b['lossless']}; report: {result.get('output')}/report.md")
 
 
@@ -54,6 +63,8 @@ def markdown(result: dict, pngs: list[str]) -> str:
             for cat, c in top["per_category"].items():
                 lines.append(f"| {cat} | {c['prompts']} | {_f(c['acceptance_rate'])} | {_f(c['tau'], 2)} | {_f(c['speedup'], 2)}× |")
             cm = top["cost_model"]
+            lines += ["", f"Cost model at the best measured γ ({top['gamma']}): predicted {cm['predicted_speedup']}× vs measured "
+                      f"{top['speedup']}× ({b['prediction_error']:+.1%})."]
             lines += ["", f"Cost model on this device: target step {cm['target_step_ms']} ms, draft step {cm['draft_step_ms']} ms "
                       f"(c = {cm['c']}), v(γ) = {cm['v']}; best γ predicted: {cm['best_gamma']} "
                       f"({cm['best_gamma_predicted_speedup']}×)."]
@@ -74,8 +85,9 @@ def markdown(result: dict, pngs: list[str]) -> str:
 def log_wandb(result: dict, pngs: list[Path], project: str, out: Path) -> None:
     import wandb
 
-    if not os.environ.get("WANDB_API_KEY") and "WANDB_MODE" not in os.environ:
-        os.environ["WANDB_MODE"] = "offline"
+    from distill.tracking import offline_without_key
+
+    offline_without_key()
     run = wandb.init(project=project, job_type="eval", dir=str(out), config=result["config"])
     cols = ["draft", "step", "gamma", "acceptance_rate", "tau", "speedup", "predicted_speedup", "c", "lossless"]
     table = wandb.Table(columns=cols, data=[
@@ -85,3 +97,23 @@ def log_wandb(result: dict, pngs: list[Path], project: str, out: Path) -> None:
     if result.get("best"):
         run.summary.update({f"eval/best_{k}": v for k, v in result["best"].items() if isinstance(v, (int, float))})
     run.finish()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        sys.exit("usage: python -m distill.report EVAL_DIR   (a folder written by distill.evaluate)")
+    out = Path(argv[0])
+    if not (out / "report.json").is_file():
+        sys.exit(f"error: {out / 'report.json'} not found; run python -m distill.evaluate --output {out} first")
+    result = json.loads((out / "report.json").read_text())
+    if result.get("entries"):
+        result["best"] = best(result["entries"])
+    pngs = [name for name in PLOT_FILES if (out / name).is_file()]
+    (out / "report.md").write_text(markdown(result, pngs))
+    result["output"] = str(out)
+    print(headline(result))
+
+
+if __name__ == "__main__":
+    main()

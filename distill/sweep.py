@@ -73,7 +73,7 @@ def _data(cfg: SweepConfig, out: Path):
     return data_stages(cfg.target, out, cfg.collect, cfg.heldout)
 
 
-def run_design(cfg: SweepConfig, out: Path, d: dict) -> str | None:
+def run_design(cfg: SweepConfig, out: Path, d: dict, command: str | None = None) -> str | None:
     """Train and evaluate one design unless its report exists; returns an error message for an impossible one."""
     name, ddir = d["name"], out / "designs" / d["name"]
     if (ddir / "eval" / "report.json").is_file():
@@ -88,11 +88,11 @@ def run_design(cfg: SweepConfig, out: Path, d: dict) -> str | None:
             raise UserError(f"unknown train option(s) {unknown}")
         t = _stage(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
                                        "output": str(ddir / "train"), **cfg.train}, opts, f"design {name}")
-        train.train(t, [])
+        train.train(t, [], command=command)
         newest = evaluate.drafts_of_run(Path(t.output))[-1][0]
         e = _stage(evaluate.EvalConfig, {"target": cfg.target, "output": str(ddir / "eval"), "anchors": False,
                                          "drafts": [newest]}, cfg.evaluate, "evaluate")
-        evaluate.run(e, [])
+        evaluate.run(e, command=command)
     except UserError as err:  # an impossible design is reported; the others still run
         print(f"warning: design {name} skipped: {err}", file=sys.stderr)
         (ddir).mkdir(parents=True, exist_ok=True)
@@ -131,7 +131,12 @@ def rank(cfg: SweepConfig, out: Path, designs: list[dict]) -> list[dict]:
     return ranking
 
 
-def run(cfg: SweepConfig) -> list[dict]:
+def _command(argv: list[str] | None) -> str | None:
+    """The sweep's command line, recorded by the stages it runs (None when called as a library)."""
+    return "python -m distill.sweep " + " ".join(argv) if argv is not None else None
+
+
+def run(cfg: SweepConfig, argv: list[str] | None = None) -> list[dict]:
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     configlib.save(cfg, out / f"sweep.{cfg.phase}.config.json")
@@ -139,15 +144,15 @@ def run(cfg: SweepConfig) -> list[dict]:
     if cfg.phase in ("all", "collect"):
         print(f"== collect once for {len(designs)} designs", flush=True)
         c, h = _data(cfg, out)
-        collect.run(c, [])
-        collect.run(h, [])
+        collect.run(c, command=_command(argv))
+        collect.run(h, command=_command(argv))
     if cfg.phase == "design":
         if cfg.design_index >= len(designs):
             raise UserError(f"--design-index {cfg.design_index}: the sweep has {len(designs)} designs (0..{len(designs) - 1})")
-        run_design(cfg, out, designs[cfg.design_index])
+        run_design(cfg, out, designs[cfg.design_index], _command(argv))
     if cfg.phase == "all":
         for d in designs:
-            run_design(cfg, out, d)
+            run_design(cfg, out, d, _command(argv))
     if cfg.phase in ("all", "rank"):
         return rank(cfg, out, designs)
     return []
@@ -156,7 +161,7 @@ def run(cfg: SweepConfig) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     try:
         cfg = configlib.parse(SweepConfig, argv, __doc__)
-        run(cfg)
+        run(cfg, sys.argv[1:] if argv is None else argv)
     except UserError as e:
         sys.exit(f"error: {e}")
 

@@ -23,8 +23,7 @@ class Tracker:
         if report_to == "wandb":
             import wandb
 
-            if not os.environ.get("WANDB_API_KEY") and "WANDB_MODE" not in os.environ:
-                os.environ["WANDB_MODE"] = "offline"  # no key: keep the run on disk, sync later with `wandb sync`
+            offline_without_key()
             self.run = wandb.init(project=project, name=name, config=config, dir=str(run_dir),
                                   id=resume_id, resume="allow" if resume_id else None)
         elif report_to != "none":
@@ -48,3 +47,9 @@ class Tracker:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def offline_without_key() -> None:
+    """No API key and no WANDB_MODE: run W&B offline (kept on disk, `wandb sync` later) rather than fail."""
+    if not os.environ.get("WANDB_API_KEY") and "WANDB_MODE" not in os.environ:
+        os.environ["WANDB_MODE"] = "offline"

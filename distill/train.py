@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: {e}")
 
 
-def train(cfg: TrainConfig, argv: list[str]) -> Path:
+def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path:
+    """Train (resumable). `command`: the command line to record, when another job (pipeline, sweep) runs this stage."""
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs, set_seed
 
@@ -230,7 +231,7 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
                       resume_id=(state or {}).get("wandb_run_id"))
     if main_proc:
         configlib.save(cfg, run_dir / "train.config.json")
-    command = "accelerate launch distill/train.py " + " ".join(argv)
+    command = command or "accelerate launch distill/train.py " + " ".join(argv)
 
     def export(state_dict, hf_dir: Path) -> None:
         model = accelerator.unwrap_model(student).model
@@ -256,7 +257,7 @@ def train(cfg: TrainConfig, argv: list[str]) -> Path:
                      "collect_commands": [i.get("command") for i in infos]},
             "step": step,
             "metrics": last_eval,
-            "commands": [c for c in (*(i.get("command") for i in infos), command) if c],
+            "commands": list(dict.fromkeys(c for c in (*(i.get("command") for i in infos), command) if c)),
             "wandb": tracker.run_info,
             "train_config": asdict(cfg),
         }

@@ -79,6 +79,15 @@ def test_report_schema_plots_and_ranking(tiny_pair, tmp_path):
         data = (tmp_path / png).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 2000
         assert f"]({png})" in md
+    b = res["best"]
+    assert b["prediction_error"] == pytest.approx((b["predicted_speedup"] - b["speedup"]) / b["speedup"], abs=1e-3)
+    assert "Cost model at the best measured γ" in md
+    # report.md can be rewritten from report.json alone, without re-measuring
+    (tmp_path / "report.md").unlink()
+    from distill import report as report_mod
+
+    report_mod.main([str(tmp_path)])
+    assert (tmp_path / "report.md").read_text() == md
 
 
 def test_bad_drafts_are_reported_and_others_still_evaluated(tiny_pair, tmp_path):
