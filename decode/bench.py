@@ -191,10 +191,14 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
     """One DESIGN.md result dict from the accumulated stats of a run."""
     spec, hf = a["spec"], a["hf"]
     v = {int(g): x for g, x in lat["v"].items()}
-    alpha = spec.acceptance_rate
+    alpha = spec.acceptance_rate  # DESIGN.md's α: accepted / proposed
+    hist = spec.accept_histogram
+    # the cost model's per-token α (costmodel.alpha_iid); with a varying γ there is no such estimate, use α
+    p = (costmodel.alpha_iid(spec.accepted, spec.rounds, hist[cfg.gamma] if len(hist) > cfg.gamma else 0)
+         if cfg.schedule == "constant" else alpha)
     s = spec.as_dict()
     speedup = (spec.new_tokens / spec.seconds) / (b["tokens"] / b["seconds"])
-    best_g, best_pred = costmodel.best_gamma(alpha, lat["c"], v)
+    best_g, best_pred = costmodel.best_gamma(p, lat["c"], v)
     hf_rate = _rate(hf["tokens"], hf["seconds"])
     return {
         "target": cfg.target,
@@ -233,8 +237,9 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
         "cost_model": {
             **lat,
             "alpha": round(alpha, 4),
-            "predicted_tau": round(costmodel.tau(alpha, cfg.gamma), 4),
-            "predicted_speedup": round(costmodel.speedup(alpha, cfg.gamma, lat["c"], v[cfg.gamma]), 4),
+            "alpha_iid": round(p, 4),
+            "predicted_tau": round(costmodel.tau(p, cfg.gamma), 4),
+            "predicted_speedup": round(costmodel.speedup(p, cfg.gamma, lat["c"], v[cfg.gamma]), 4),
             "measured_speedup": round(speedup, 4),
             "best_gamma": best_g,
             "best_gamma_predicted_speedup": round(best_pred, 4),

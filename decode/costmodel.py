@@ -12,6 +12,19 @@
 from __future__ import annotations
 
 
+def alpha_iid(accepted: int, rounds: int, full_rounds: int) -> float:
+    """The per-token acceptance probability the model assumes, estimated from a constant-γ run.
+
+    accepted / proposed is biased low as an estimate of it for γ > 1: drafts after the first rejection in a
+    round are counted as proposed but were never tested. Under i.i.d. acceptance each round is a run of
+    successes ended by one failure (or by reaching γ), so the maximum-likelihood estimate is
+    accepted / (accepted + rounds that ended in a rejection); full_rounds = rounds that accepted all γ drafts.
+    Equal to accepted / proposed at γ = 1.
+    """
+    rejected = rounds - full_rounds
+    return accepted / (accepted + rejected) if accepted + rejected else 0.0
+
+
 def tau(alpha: float, gamma: int) -> float:
     """Expected tokens emitted per target forward under i.i.d. acceptance."""
     if not 0 <= alpha <= 1:

@@ -58,8 +58,9 @@ def by_gamma(entries: list[dict], path: Path) -> Path | None:
 
 def design_map(entries: list[dict], path: Path) -> Path | None:
     """Each design placed by draft cost c and acceptance α, over the cost model's iso-speedup curves."""
-    pts = [(e["cost_model"]["c"], e["speculative"]["acceptance_rate"], e["label"], e) for e in entries
-           if e.get("cost_model", {}).get("c") is not None]
+    # placed at the per-token α the curves assume (cost_model.alpha_iid; older reports: accepted / proposed)
+    pts = [(e["cost_model"]["c"], e["cost_model"].get("alpha_iid", e["speculative"]["acceptance_rate"]), e["label"], e)
+           for e in entries if e.get("cost_model", {}).get("c") is not None]
     if not pts:
         return None
     ref = pts[0][3]["cost_model"]
@@ -83,7 +84,7 @@ def design_map(entries: list[dict], path: Path) -> Path | None:
     ax.set_xlim(0, c_max)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("c = draft step latency / target step latency (this device)")
-    ax.set_ylabel("acceptance rate α")
+    ax.set_ylabel("per-token acceptance α (i.i.d. estimate)")
     ax.set_title("design map: iso-speedup curves (cost model, best γ)")
     ax.legend(fontsize=7, title="predicted speedup", title_fontsize=7, loc="lower right")
     fig.tight_layout()

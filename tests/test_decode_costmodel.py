@@ -1,6 +1,7 @@
 """The cost model (DESIGN.md "Metrics"): τ, speedup, best γ, the iso-speedup inverse, and τ against simulation."""
 
 import math
+import random
 
 import pytest
 import torch
@@ -78,3 +79,19 @@ def test_alpha_for_speedup_inverts_speedup(target_speedup, gamma):
 
 def test_alpha_for_speedup_unreachable_is_none():
     assert costmodel.alpha_for_speedup(10.0, 2, c=0.2, v=1.1) is None  # at most 3 / 1.5 = 2
+
+
+@pytest.mark.parametrize("alpha, gamma", [(0.3, 1), (0.3, 3), (0.7, 4), (0.9, 6)])
+def test_alpha_iid_recovers_the_per_token_rate_where_accepted_over_proposed_does_not(alpha, gamma):
+    rng = random.Random(1)
+    accepted = rounds = full = 0
+    for _ in range(20000):
+        k = 0
+        while k < gamma and rng.random() < alpha:
+            k += 1
+        accepted, rounds, full = accepted + k, rounds + 1, full + (k == gamma)
+    assert costmodel.alpha_iid(accepted, rounds, full) == pytest.approx(alpha, abs=0.01)
+    if gamma == 1:
+        assert costmodel.alpha_iid(accepted, rounds, full) == pytest.approx(accepted / (gamma * rounds))
+    else:  # accepted / proposed counts never-tested drafts as rejected
+        assert accepted / (gamma * rounds) < alpha - 0.02
