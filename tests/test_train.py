@@ -162,7 +162,7 @@ def test_run_logs_metrics_and_writes_checkpoints(run_a, tiny_collected):
     assert not (hf / "draft_vocab.json").exists()  # full vocabulary: no id map
     meta = json.loads((hf / "specdistill.json").read_text())
     assert meta["target"] == tiny_collected.target and meta["step"] == 6 and meta["init"] == "target_layers"
-    assert meta["design"]["layers"] == [0, 3] and meta["design"]["params"] > 0
+    assert meta["design"]["layers"] == [0, 1] and meta["design"]["params"] > 0  # a count keeps the first N layers
     assert (
         meta["loss"] == {"fkl": 1.0}
         and meta["data"]["path"] == tiny_collected.data
@@ -487,7 +487,8 @@ def test_accelerate_deepspeed_two_processes(tiny_collected, tmp_path, zero):
     draft, info = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32, output_loading_info=True)
     assert not info["missing_keys"] and not info["mismatched_keys"]
     target = AutoModelForCausalLM.from_pretrained(tiny_collected.target, dtype=torch.float32)
-    # gathered, real weights: the frozen embeddings are the target's, the trained last layer moved away from it
+    # gathered, real weights: the frozen embeddings are the target's, the trained second layer (the target's
+    # layer 1: a count keeps the first N layers) moved away from it
     assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)
-    t_up, d_up = target.model.layers[3].mlp.up_proj.weight, draft.model.layers[1].mlp.up_proj.weight
+    t_up, d_up = target.model.layers[1].mlp.up_proj.weight, draft.model.layers[1].mlp.up_proj.weight
     assert d_up.shape == t_up.shape and not torch.equal(d_up, t_up) and torch.allclose(d_up, t_up, atol=0.1)
