@@ -492,3 +492,16 @@ def test_accelerate_deepspeed_two_processes(tiny_collected, tmp_path, zero):
     assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)
     t_up, d_up = target.model.layers[1].mlp.up_proj.weight, draft.model.layers[1].mlp.up_proj.weight
     assert d_up.shape == t_up.shape and not torch.equal(d_up, t_up) and torch.allclose(d_up, t_up, atol=0.1)
+
+
+def test_several_collected_datasets_concatenate_on_their_common_columns():
+    """--data [A, B]: e.g. target outputs plus on-policy rows, which carry extra columns."""
+    import datasets
+
+    from distill.train import concatenate
+
+    a = datasets.Dataset.from_dict({"id": ["a"], "prompt_ids": [[1]], "response_ids": [[2, 3]]})
+    b = datasets.Dataset.from_dict({"id": ["b"], "prompt_ids": [[4]], "response_ids": [[5]], "generator": ["d"]})
+    both = concatenate([a, b])
+    assert both["id"] == ["a", "b"] and sorted(both.column_names) == ["id", "prompt_ids", "response_ids"]
+    assert concatenate([a]) is a
