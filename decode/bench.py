@@ -179,15 +179,16 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     results, lat_cache = [], {}
     b = base.as_dict()
     for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
-        gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma for d, c, _ in runs if d is draft)})
         if id(draft) not in lat_cache:
+            gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma for d, c, _ in runs if d is draft)})
             lat_cache[id(draft)] = latency.measure(target, draft.model, gammas)
-        results.append(_entry(cfg, device, target, len(rows), b, base_cat, a, hf_on, lat_cache[id(draft)]))
+        results.append(_entry(cfg, device, target, len(rows), b, base_cat, a, hf_on, lat_cache[id(draft)],
+                              sampling.greedy))
     return results
 
 
 def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_cat: dict, a: dict, hf_on: bool,
-           lat: dict) -> dict:
+           lat: dict, greedy: bool) -> dict:
     """One DESIGN.md result dict from the accumulated stats of a run."""
     spec, hf = a["spec"], a["hf"]
     v = {int(g): x for g, x in lat["v"].items()}
@@ -221,7 +222,7 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
         ),
         "speedup": round(speedup, 4),
         "speedup_vs_hf_assisted": round(s["tokens_per_s"] / hf_rate, 4) if hf_on and hf_rate else None,
-        "lossless": a["lossless"] if cfg.temperature == 0 else None,
+        "lossless": a["lossless"] if greedy else None,
         "per_category": {
             name: {
                 "prompts": a["prompts"][name],

@@ -5,6 +5,10 @@
 
 Field help comes from `field(metadata={"help": ...})`; checks live in each dataclass's __post_init__.
 A class attribute PRESETS = {"quick": {...}} defines named override sets for `--preset NAME`.
+A class attribute SECTIONS = ("train", ...) names mapping-valued fields that hold another job's overrides
+(the pipeline's stage settings). They merge key by key instead of being replaced, and in them a preset's keys
+win over the YAML's (a preset asked for on the command line shrinks a YAML-defined run):
+    section = {**YAML's, **preset's, **--flag's}
 """
 
 from __future__ import annotations
@@ -82,18 +86,24 @@ def parse(cls, argv=None, doc: str | None = None):
         else:
             p.add_argument(flag, default=argparse.SUPPRESS, help=help_text, metavar=kind.upper())
     args = vars(p.parse_args(argv))
-    values: dict = {}
-    if args.get("preset"):
-        values.update(presets[args["preset"]])
+    sections = getattr(cls, "SECTIONS", ())
+    preset = presets[args["preset"]] if args.get("preset") else {}
+    values: dict = {k: v for k, v in preset.items() if k not in sections}
     config_file = args.pop("config", None)
     if config_file:
         values.update(load_yaml(config_file, fields))
+    for name in sections:  # preset over YAML, key by key
+        if name in preset:
+            values[name] = {**(values.get(name) or {}), **preset[name]}
     for name in fields:
         if name in args:
             try:
                 text = args[name]
                 is_list = (typing.get_origin(hints[name]) or hints[name]) is list
-                values[name] = text if is_list and not text.lstrip().startswith("[") else _convert(_kind(hints[name]), text)
+                value = text if is_list and not text.lstrip().startswith("[") else _convert(_kind(hints[name]), text)
+                if name in sections and isinstance(value, dict):  # a section flag changes only the keys it names
+                    value = {**(values.get(name) or {}), **value}
+                values[name] = value
             except (ValueError, yaml.YAMLError) as e:
                 raise UserError(f"--{name.replace('_', '-')}: cannot parse {args[name]!r} ({e})") from None
     values = {k: _shape(hints[k], v, k) for k, v in values.items()}

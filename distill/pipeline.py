@@ -36,6 +36,7 @@ class PipelineConfig:
     accelerate_config: str | None = field(default=None, metadata={"help": "train under `accelerate launch` with this config"})
     preset: str | None = field(default=None, metadata={"help": "quick = a small first look"})
 
+    SECTIONS = ("collect", "heldout", "train", "evaluate")  # merged key by key: YAML < preset < flag (distill.config)
     PRESETS = {
         "quick": {
             "collect": {"limit": 96, "max_new_tokens": 48},
@@ -63,39 +64,11 @@ def data_stages(target: str, out: Path, collect_over: dict, heldout_over: dict):
     return c, h
 
 
-SECTIONS = ("collect", "heldout", "train", "evaluate")
-
-
-def _flag(argv: list[str], name: str) -> str | None:
-    """The value of --name in argv (either `--name V` or `--name=V`), or None."""
-    for i, a in enumerate(argv):
-        if a == f"--{name}" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(f"--{name}="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def _merge(cfg: PipelineConfig, argv: list[str]) -> dict:
-    """Stage settings, later ones winning key by key: the YAML's section, the preset's (asked for on the
-    command line, so `--preset quick` shrinks the default YAML's run), then a section given as a flag
-    (so `--train "{max_steps: 100}"` changes one setting and keeps the YAML's others)."""
-    p = PipelineConfig.PRESETS.get(cfg.preset or "", {})
-    path = _flag(argv, "config")
-    from_yaml = configlib.load_yaml(path, {f.name: f for f in fields(PipelineConfig)}) if path else {}
-    out = {}
-    for k in SECTIONS:
-        given = _flag(argv, k.replace("_", "-")) is not None
-        base = (from_yaml.get(k) or {}) if given else getattr(cfg, k)
-        out[k] = {**base, **p.get(k, {}), **(getattr(cfg, k) if given else {})}
-    return out
-
-
 def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     configlib.save(cfg, out / "pipeline.config.json")
-    s = _merge(cfg, argv)
+    s = {k: getattr(cfg, k) for k in cfg.SECTIONS}  # YAML < preset < flags, merged by configlib.parse
     command = "python -m distill.pipeline " + " ".join(argv)  # recorded by every stage it runs
     timings = {}
 

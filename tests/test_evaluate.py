@@ -194,9 +194,9 @@ def test_pipeline_stage_settings_merge_yaml_then_preset_then_flags():
 
     argv = ["--config", "configs/pipeline/default.yaml", "--preset", "quick", "--train", "{max_steps: 7}"]
     cfg = configlib.parse(pipeline.PipelineConfig, argv)
-    s = pipeline._merge(cfg, argv)
+    s = {k: getattr(cfg, k) for k in pipeline.PipelineConfig.SECTIONS}
     assert s["train"]["max_steps"] == 7 and s["train"]["vocab"] == 8192  # flag wins, the YAML's recipe stays
     assert s["evaluate"]["limit"] == 8 and s["evaluate"]["gamma"] == [1, 2, 3]  # preset over the YAML
     assert s["collect"]["limit"] == 96 and s["collect"]["topk"] == 32
     plain = ["--config", "configs/pipeline/default.yaml"]
-    assert pipeline._merge(configlib.parse(pipeline.PipelineConfig, plain), plain)["train"]["max_steps"] == 500
+    assert configlib.parse(pipeline.PipelineConfig, plain).train["max_steps"] == 500
