@@ -40,6 +40,8 @@ class BenchConfig:
     max_new_tokens: int = 64
     gamma: int = 4
     schedule: str = "constant"
+    lookup: int = 0  # also propose from the context when its last N tokens occurred before (0 = off)
+    lookup_tokens: int = 0  # tokens per lookup proposal (0 = γ)
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -55,6 +57,8 @@ class BenchConfig:
             raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
         if self.schedule not in SCHEDULES:
             raise UserError(f"--schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.lookup < 0:
+            raise UserError(f"--lookup must be >= 0 (context n-gram length; 0 = off), got {self.lookup}")
         if self.max_new_tokens < 1:
             raise UserError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
         SamplingParams(self.temperature, self.top_k, self.top_p)  # validates
@@ -131,17 +135,21 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     device = str(target.device)
 
     def ours(draft, ids, cfg, seed):
-        gamma = cfg.gamma if draft is not None else 0  # γ = 0: the target alone through the same loop
+        # cfg None: the target alone through the same loop (γ = 0); a run with no draft but a lookup is
+        # prompt-lookup decoding on its own
+        lookup = cfg.lookup if cfg is not None else 0
+        gamma = cfg.gamma if cfg is not None and (draft is not None or lookup) else 0
         gen = torch.Generator(device=device).manual_seed(seed)
         return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, gamma,
-                        cfg.schedule, sampling, eos, vocab_map=draft.vocab_map if draft is not None else None,
-                        generator=gen)
+                        cfg.schedule if cfg is not None else "constant", sampling, eos,
+                        vocab_map=draft.vocab_map if draft is not None else None,
+                        generator=gen, lookup=lookup, lookup_tokens=cfg.lookup_tokens if cfg is not None else 0)
 
     # plain transformers cannot use a reduced-vocab draft
     do_hf = [hf and d.vocab_map is None for d, _, hf in runs]
 
     # --- warm-up: every path once, not timed
-    ours(None, encoded[0], first, 0)
+    ours(None, encoded[0], None, 0)
     for (draft, cfg, _), hf_on in zip(runs, do_hf):
         ours(draft, encoded[0], cfg, 0)
         if hf_on:
@@ -154,7 +162,7 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
             "hf": {"tokens": 0, "seconds": 0.0, "matches_target": 0}} for _ in runs]
     for i, (row, ids) in enumerate(zip(rows, encoded)):
         seed = first.seed + i
-        ref, s0 = ours(None, ids, first, seed)
+        ref, s0 = ours(None, ids, None, seed)
         base += s0
         base_cat[row["category"]] += s0
         for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
@@ -193,10 +201,18 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
     spec, hf = a["spec"], a["hf"]
     v = {int(g): x for g, x in lat["v"].items()}
     alpha = spec.acceptance_rate  # DESIGN.md's α: accepted / proposed
-    hist = spec.accept_histogram
     # the cost model's per-token α (costmodel.alpha_iid); with a varying γ there is no such estimate, use α
-    p = (costmodel.alpha_iid(spec.accepted, spec.rounds, hist[cfg.gamma] if len(hist) > cfg.gamma else 0)
+    # with lookup, rounds proposed by the draft and by context lookup are modelled apart (costmodel.speedup_with_lookup)
+    d_acc, d_rounds = spec.accepted - spec.lookup_accepted, spec.rounds - spec.lookup_rounds
+    p = (costmodel.alpha_iid(d_acc, d_rounds, spec.full_rounds - spec.lookup_full)
          if cfg.schedule == "constant" else alpha)
+    lookup_model = None
+    if spec.lookup_rounds:
+        lookup_model = {
+            "share": spec.lookup_rounds / spec.rounds,
+            "alpha_iid": costmodel.alpha_iid(spec.lookup_accepted, spec.lookup_rounds, spec.lookup_full),
+            "tokens": spec.lookup_proposed / spec.lookup_rounds,
+        }
     s = spec.as_dict()
     speedup = (spec.new_tokens / spec.seconds) / (b["tokens"] / b["seconds"])
     best_g, best_pred = costmodel.best_gamma(p, lat["c"], v)
@@ -212,6 +228,8 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
         "temperature": cfg.temperature,
         "gamma": cfg.gamma,
         "schedule": cfg.schedule,
+        "lookup": cfg.lookup,
+        "lookup_tokens": cfg.lookup_tokens,
         "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s")},
         "speculative": s,
         "hf_assisted": (
@@ -240,7 +258,11 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
             "alpha": round(alpha, 4),
             "alpha_iid": round(p, 4),
             "predicted_tau": round(costmodel.tau(p, cfg.gamma), 4),
-            "predicted_speedup": round(costmodel.speedup(p, cfg.gamma, lat["c"], v[cfg.gamma]), 4),
+            "predicted_speedup": round(
+                costmodel.speedup_with_lookup(p, cfg.gamma, lat["c"], v, lookup_model["share"],
+                                              lookup_model["alpha_iid"], lookup_model["tokens"])
+                if lookup_model else costmodel.speedup(p, cfg.gamma, lat["c"], v[cfg.gamma]), 4),
+            "lookup": {k: round(x, 4) for k, x in lookup_model.items()} if lookup_model else None,
             "measured_speedup": round(speedup, 4),
             "best_gamma": best_g,
             "best_gamma_predicted_speedup": round(best_pred, 4),

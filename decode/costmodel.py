@@ -39,6 +39,20 @@ def speedup(alpha: float, gamma: int, c: float, v: float) -> float:
     return tau(alpha, gamma) / (gamma * c + v)
 
 
+def speedup_with_lookup(alpha: float, gamma: int, c: float, v: dict[int, float], lookup_share: float,
+                        lookup_alpha: float, lookup_len: float) -> float:
+    """Predicted speedup when a share of rounds proposes from context lookup (decode.lookup) instead of the draft.
+
+    A lookup round proposes lookup_len tokens (the mean, rounded for v) with no draft forward, accepted
+    i.i.d. with lookup_alpha; a draft round is the plain model. Per round on average:
+        tokens = f·τ(α_l, g_l) + (1 − f)·τ(α, γ),   time = f·v(g_l) + (1 − f)·(γ·c + v(γ))   (f = lookup_share)
+    """
+    g_l = min(max(1, round(lookup_len)), max(v))
+    tokens = lookup_share * tau(lookup_alpha, g_l) + (1 - lookup_share) * tau(alpha, gamma)
+    time = lookup_share * v[g_l] + (1 - lookup_share) * (gamma * c + v[gamma])
+    return tokens / time
+
+
 def best_gamma(alpha: float, c: float, v: dict[int, float]) -> tuple[int, float]:
     """The γ among those with a measured v(γ) that maximises predicted speedup: (γ, speedup)."""
     scores = {g: speedup(alpha, g, c, vg) for g, vg in v.items() if g >= 1}

@@ -9,6 +9,9 @@ One round, with the last emitted token x not yet in the target's KV cache:
              distributed exactly as the target's own sampling (Leviathan et al. 2023, Chen et al. 2023).
     rollback: both KV caches are cropped to the accepted prefix; nothing accepted is recomputed.
 Emitted per round: d_1..d_n plus next (n + 1 tokens for one target forward). γ = 0 is the target alone.
+With `lookup`, a round first looks for the context's suffix earlier in the context (decode.lookup) and
+proposes what followed it; the draft runs only when there is no match. A lookup proposal is a draft whose
+q is one-hot, so the same accept rule keeps the output exact, greedy or sampled.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from decode.errors import UserError
+from decode.lookup import continuation
 from decode.runners import runner_for
 from decode.sampling import SamplingParams, logits_to_probs, sample
 
@@ -41,6 +45,11 @@ class Stats:
     draft_seconds: float = 0.0
     seconds: float = 0.0
     accept_histogram: list[int] = field(default_factory=list)  # [k] = rounds that accepted exactly k drafts
+    full_rounds: int = 0  # rounds that accepted every proposal
+    lookup_rounds: int = 0  # of `rounds`: proposals from context lookup (no draft forward)
+    lookup_proposed: int = 0
+    lookup_accepted: int = 0
+    lookup_full: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -53,7 +62,8 @@ class Stats:
 
     def __iadd__(self, other: Stats) -> Stats:
         for name in ("new_tokens", "rounds", "proposed", "accepted", "target_forwards", "draft_forwards",
-                     "target_seconds", "draft_seconds", "seconds"):
+                     "target_seconds", "draft_seconds", "seconds", "full_rounds", "lookup_rounds", "lookup_proposed",
+                     "lookup_accepted", "lookup_full"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         h = self.accept_histogram
         h.extend([0] * (len(other.accept_histogram) - len(h)))
@@ -76,6 +86,9 @@ class Stats:
             "target_seconds": round(self.target_seconds, 4),
             "draft_seconds": round(self.draft_seconds, 4),
             "accept_histogram": list(self.accept_histogram),
+            "full_rounds": self.full_rounds,
+            "lookup": {"rounds": self.lookup_rounds, "proposed": self.lookup_proposed,
+                       "accepted": self.lookup_accepted, "full_rounds": self.lookup_full},
         }
 
 
@@ -212,8 +225,13 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
              schedule: str = "constant", sampling: SamplingParams = GREEDY,
              eos_token_ids: tuple[int, ...] = (), stop_strings: tuple[str, ...] = (), tokenizer=None,
              vocab_map: torch.Tensor | None = None, confidence: float = DEFAULT_CONFIDENCE,
-             generator: torch.Generator | None = None) -> tuple[list[int], Stats]:
-    """Generate up to max_new_tokens after prompt_ids. draft=None or gamma=0 runs the target alone.
+             generator: torch.Generator | None = None, lookup: int = 0,
+             lookup_tokens: int = 0) -> tuple[list[int], Stats]:
+    """Generate up to max_new_tokens after prompt_ids. gamma=0, or draft=None without lookup, runs the target alone.
+
+    lookup: propose from the context when its last `lookup` (or more) tokens occurred before (0 = off);
+    with draft=None that is prompt-lookup decoding on its own. lookup_tokens: how many tokens a lookup proposes
+    (0 = γ); they cost no draft forward, so more than γ usually pays.
 
     target/draft: HF causal LMs or runners (decode.runners); llama-family models run on the lean FastLlama path.
     Returns the new token ids (ending with EOS if one was produced) and the call's Stats.
@@ -222,7 +240,9 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if stop_strings and tokenizer is None:
         raise UserError("stop_strings need the tokenizer to decode text")
-    if draft is None:
+    if lookup < 0:
+        raise UserError(f"lookup must be >= 0 (n-gram length matched in the context; 0 = off), got {lookup}")
+    if draft is None and not lookup:
         gamma = 0
     sched = Schedule(schedule, gamma, confidence)
     target = runner_for(target)
@@ -241,7 +261,7 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
     out = [accept([], logits, sampling, None, generator)[1]]
 
     vocab = DraftVocab(vocab_map, logits.shape[-1])
-    if gamma:
+    if gamma and draft is not None:
         draft = runner_for(draft)
         d_cache = draft.new_cache(max_len)
         t0 = time.perf_counter()
@@ -255,8 +275,14 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
     while not done:
         # --- propose (never past max_new_tokens: the round's own next token is the +1)
         g = min(sched.gamma, max_new_tokens - len(out) - 1) if gamma else 0
-        proposals, q = ([], None)
-        if g > 0:
+        proposals, q, looked = [], None, False
+        if g > 0 and lookup:
+            proposals = continuation(prompt_ids + out, lookup, min(max(lookup_tokens, g), max_new_tokens - len(out) - 1))
+            looked = bool(proposals)
+            if looked and not sampling.greedy:  # a deterministic proposal: q is one-hot, (g, V)
+                q = torch.zeros(len(proposals), logits.shape[-1], device=logits.device)
+                q[torch.arange(len(proposals)), torch.tensor(proposals)] = 1.0
+        if g > 0 and not looked and draft is not None:
             proposals, q = propose(draft, d_cache, pending, g, sampling, vocab, sched.confidence, generator, stats)
         g = len(proposals)
         # --- verify + accept
@@ -265,9 +291,9 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
         # --- roll back the rejected tail: the target cache now holds everything but `nxt`
         if g - n:
             t_cache.crop(-(g - n))
-        if gamma:
-            if g == 0:
-                pending = pending + [nxt]
+        if gamma and draft is not None:
+            if g == 0 or looked:  # the draft did not run: everything emitted is new to it
+                pending = pending + proposals[:n] + [nxt]
             elif n == g:  # all accepted: the draft never saw its own last proposal
                 pending = [proposals[-1], nxt]
             else:
@@ -281,6 +307,13 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
         if len(stats.accept_histogram) <= n:
             stats.accept_histogram.extend([0] * (n + 1 - len(stats.accept_histogram)))
         stats.accept_histogram[n] += 1
+        full = int(g > 0 and n == g)
+        stats.full_rounds += full
+        if looked:
+            stats.lookup_rounds += 1
+            stats.lookup_proposed += g
+            stats.lookup_accepted += n
+            stats.lookup_full += full
         sched.update(g, n)
         first_new = len(out)
         out.extend(proposals[:n])

@@ -38,6 +38,9 @@ class EvalConfig:
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per prompt"})
     temperature: float = field(default=0.0, metadata={"help": "0 = greedy (lossless is checked)"})
     gamma: int | list = field(default=4, metadata={"help": "γ, or a list of γ to sweep"})
+    lookup: int | list = field(default=0, metadata={"help": "decoder's context lookup: n-gram length (0 = off), or a list "
+                                                           "to compare, e.g. [0, 2] (decode.lookup)"})
+    lookup_tokens: int = field(default=4, metadata={"help": "tokens per lookup proposal"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
     schedule: str = field(default="constant", metadata={"help": "constant | heuristic | dynamic"})
     output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
@@ -54,11 +57,16 @@ class EvalConfig:
             raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
         if self.checkpoints not in ("all", "last"):
             raise UserError(f"--checkpoints must be 'all' or 'last', got {self.checkpoints!r}")
+        if min(self.lookups()) < 0:
+            raise UserError(f"--lookup must be >= 0 (context n-gram length; 0 = off), got {self.lookup}")
         if not self.run and not self.drafts:
             raise UserError("give --run RUN_DIR (every checkpoint) or --drafts D1 D2 ...")
 
     def gammas(self) -> list[int]:
         return [int(g) for g in (self.gamma if isinstance(self.gamma, list) else [self.gamma])]
+
+    def lookups(self) -> list[int]:
+        return [int(n) for n in (self.lookup if isinstance(self.lookup, list) else [self.lookup])] or [0]
 
 
 def drafts_of_run(run: Path) -> list[tuple[str, int]]:
@@ -72,11 +80,13 @@ def _meta(spec: str) -> dict:
     return json.loads(p.read_text()) if p.is_file() else {}
 
 
-def _label(spec: str, step: int | None) -> str:
+def _label(spec: str, step: int | None, lookup: int = 0) -> str:
     if spec.startswith("layers:"):
-        return f"untrained {spec}"
-    p = Path(spec)
-    return f"step {step}" if step is not None else (p.parent.name if p.name == "hf" else p.name)
+        name = f"untrained {spec}"
+    else:
+        p = Path(spec)
+        name = f"step {step}" if step is not None else (p.parent.name if p.name == "hf" else p.name)
+    return f"{name} + lookup {lookup}" if lookup else name
 
 
 def prompt_lookup(target, tok, rows, encoded, cfg: EvalConfig, gamma: int) -> dict:
@@ -140,21 +150,26 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
         # the γ sweep (and transformers' assisted generation with the same draft) goes to the drafts asked for
         # and the newest checkpoint; the untrained anchor and the earlier checkpoints (the by-step curve) run
         # at the first γ only, which keeps evaluation time in check
+        # likewise the decoder's context lookup: every setting for the main drafts, the first for the rest;
+        # transformers' assisted generation has no lookup, so it runs next to the first setting only
         main = not spec.startswith("layers:") and (step is None or step == newest)
-        for g in gammas if main else gammas[:1]:
-            bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
-                               gamma=g, schedule=cfg.schedule, temperature=cfg.temperature, seed=cfg.seed,
-                               device=cfg.device, dtype=cfg.dtype)
-            runs.append((draft, bcfg, cfg.anchors and main))
-            labels.append((spec, step))
+        lookups = cfg.lookups()
+        for n in lookups if main else lookups[:1]:
+            for g in gammas if main else gammas[:1]:
+                bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
+                                   max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
+                                   lookup_tokens=cfg.lookup_tokens, temperature=cfg.temperature, seed=cfg.seed,
+                                   device=cfg.device, dtype=cfg.dtype)
+                runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0]))
+                labels.append((spec, step, n))
     entries = []
     if runs:
         print(f"evaluating {len(runs)} draft x γ runs on {len(rows)} prompts (one shared target-alone baseline)",
               file=sys.stderr)
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        for e, (spec, step) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
+        for e, (spec, step, n) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
             meta = _meta(spec)
-            e.update(label=_label(spec, step), step=step if step is not None else meta.get("step"),
+            e.update(label=_label(spec, step, n), step=step if step is not None else meta.get("step"),
                      design=meta.get("design"), trained=not spec.startswith("layers:"))
             entries.append(e)
     del runs

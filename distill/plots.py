@@ -15,7 +15,7 @@ from decode import costmodel  # noqa: E402
 def by_step(entries: list[dict], path: Path) -> Path | None:
     """Acceptance rate and measured speedup against training step (checkpoints of one run)."""
     pts = sorted((e["step"], e["speculative"]["acceptance_rate"], e["speedup"], e["gamma"]) for e in entries
-                 if e.get("step") is not None)
+                 if e.get("step") is not None and not e.get("lookup"))  # the draft alone, comparable across steps
     if not pts:
         return None
     fig, ax = plt.subplots(figsize=(6, 3.6))

@@ -19,7 +19,7 @@ def best(entries: list[dict]) -> dict | None:
     if not pool:
         return None
     e = max(pool, key=lambda x: x["speedup"])
-    return {"draft": e["draft"], "label": e["label"], "gamma": e["gamma"], "speedup": e["speedup"],
+    return {"draft": e["draft"], "label": e["label"], "gamma": e["gamma"], "lookup": e.get("lookup", 0), "speedup": e["speedup"],
             "acceptance_rate": e["speculative"]["acceptance_rate"], "tau": e["speculative"]["tau"],
             "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
             # the cost model checked where it matters: (predicted - measured) / measured at the best measured γ
@@ -31,7 +31,8 @@ def headline(result: dict) -> str:
     b = result.get("best")
     if not b:
         return f"no draft evaluated; see {result.get('output')}/report.md"
-    return (f"best draft {b['draft']} (γ={b['gamma']}): speedup {b['speedup']}x over the target alone "
+    lookup = f", context lookup {b['lookup']}" if b.get("lookup") else ""
+    return (f"best draft {b['draft']} (γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
             f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}), α={b['acceptance_rate']}, τ={b['tau']}, "
             f"lossless={b['lossless']}; report: {result.get('output')}/report.md")
 
@@ -57,7 +58,7 @@ def markdown(result: dict, pngs: list[str]) -> str:
                          f"{_f(cm['predicted_speedup'], 2)}× | {_f(e['speedup_vs_hf_assisted'], 2)} | {_f(cm['c'])} | {e['lossless']} |")
         b = result.get("best")
         if b:
-            top = next(e for e in entries if e["draft"] == b["draft"] and e["gamma"] == b["gamma"])
+            top = next(e for e in entries if e["label"] == b["label"] and e["gamma"] == b["gamma"])
             lines += ["", f"## Per category: {top['label']} at γ={top['gamma']}", "",
                       "| category | prompts | α | τ | speedup |", "|---|---|---|---|---|"]
             for cat, c in top["per_category"].items():

@@ -91,6 +91,17 @@ def test_target_alone_sampling_matches_exact_distribution(pair, chi2_test):
     assert stat < threshold, (stat, threshold)
 
 
+@pytest.mark.parametrize("with_draft", [True, False], ids=["draft+lookup", "lookup-only"])
+def test_lookup_sampling_matches_target_distribution(pair, with_draft, chi2_test):
+    """Context lookup proposals (one-hot q) under rejection sampling: still the target's distribution.
+    Over 8 tokens the context [1, 2, ...] repeats a token often, so lookup rounds are frequent."""
+    target, draft = pair
+    sampling = SamplingParams(temperature=1.0)
+    counts = sample_joint(target, draft if with_draft else None, sampling, 4000, seed=5, lookup=1, lookup_tokens=3)
+    stat, threshold = chi2_test(counts, exact_joint(target, sampling))
+    assert stat < threshold, (stat, threshold)
+
+
 def test_reduced_vocabulary_draft_sampling_matches_target_distribution(table_lm, chi2_test):
     """A draft over 5 of the 8 tokens (vocab_map): q is zero elsewhere, the residual supplies those tokens."""
     target = table_lm(VOCAB, seed=0)

@@ -126,6 +126,25 @@ def test_all_runs_share_one_baseline_and_earlier_checkpoints_run_at_the_first_ga
     assert sorted((e["step"], e["gamma"]) for e in last["entries"]) == [(4, 1), (4, 3)]
 
 
+def test_lookup_settings_run_for_the_main_draft_only(tiny_pair, tmp_path):
+    """--lookup [0, 1]: the main draft at every γ with and without the decoder's context lookup (labelled apart,
+    lossless, cost model split by round kind); transformers' assisted generation next to the first setting only."""
+    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"]], lookup=[0, 1], anchors=True))
+    got = sorted((e["label"], e["gamma"], e["lookup"]) for e in res["entries"] if e["trained"])
+    name = got[0][0]
+    assert got == [(name, 1, 0), (name, 3, 0), (f"{name} + lookup 1", 1, 1), (f"{name} + lookup 1", 3, 1)]
+    for e in res["entries"]:
+        assert e["lossless"] is True
+        lk = e["speculative"]["lookup"]
+        assert (e["cost_model"]["lookup"] is not None) == (lk["rounds"] > 0)
+        if e["lookup"]:
+            assert e["hf_assisted"] is None  # transformers has no draft + lookup to compare with
+    assert [e["hf_assisted"] is not None for e in res["entries"]] == [True, True, False, False]
+    assert "lookup 1" in (tmp_path / "report.md").read_text()
+    with pytest.raises(UserError, match="--lookup"):
+        evaluate.EvalConfig(drafts=["x"], lookup=[-1])
+
+
 def test_gamma_and_missing_drafts_are_rejected():
     with pytest.raises(UserError, match="gamma"):
         evaluate.EvalConfig(drafts=["x"], gamma=0)
@@ -196,7 +215,7 @@ def test_pipeline_stage_settings_merge_yaml_then_preset_then_flags():
     cfg = configlib.parse(pipeline.PipelineConfig, argv)
     s = {k: getattr(cfg, k) for k in pipeline.PipelineConfig.SECTIONS}
     assert s["train"]["max_steps"] == 7 and s["train"]["vocab"] == 8192  # flag wins, the YAML's recipe stays
-    assert s["evaluate"]["limit"] == 8 and s["evaluate"]["gamma"] == [1, 2, 3]  # preset over the YAML
+    assert s["evaluate"]["limit"] == 8 and s["evaluate"]["gamma"] == [1, 2]  # preset over the YAML
     assert s["collect"]["limit"] == 96 and s["collect"]["topk"] == 32
     plain = ["--config", "configs/pipeline/default.yaml"]
     assert configlib.parse(pipeline.PipelineConfig, plain).train["max_steps"] == 500
