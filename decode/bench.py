@@ -180,7 +180,8 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
                 a["hf"]["seconds"] += secs
                 a["hf"]["matches_target"] += int(y == ref)
             if log:
-                log(f"[{i + 1}/{len(rows)}] {row['id']} {cfg.draft} γ={cfg.gamma}: {len(out)} tokens, "
+                lookup = f" lookup {cfg.lookup}" if cfg.lookup else ""
+                log(f"[{i + 1}/{len(rows)}] {row['id']} {cfg.draft} γ={cfg.gamma}{lookup}: {len(out)} tokens, "
                     f"accepted {s1.accepted}/{s1.proposed}")
 
     # --- cost model inputs on this device (once per draft), and its prediction next to the measurement

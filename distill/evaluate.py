@@ -34,7 +34,7 @@ class EvalConfig:
     drafts: list = field(default_factory=list, metadata={"help": "draft folders (or layers:0,29) to evaluate"})
     prompts: str = field(default="heldout", metadata={"help": "prompts (default: the bundled held-out set)"})
     categories: list = field(default_factory=list, metadata={"help": "only these prompt categories"})
-    limit: int = field(default=0, metadata={"help": "first N prompts (0 = all)"})
+    limit: int = field(default=0, metadata={"help": "N prompts taken in turn from each category (0 = all)"})
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per prompt"})
     temperature: float = field(default=0.0, metadata={"help": "0 = greedy (lossless is checked)"})
     gamma: int | list = field(default=4, metadata={"help": "γ, or a list of γ to sweep"})
@@ -118,7 +118,7 @@ def prompt_lookup(target, tok, rows, encoded, cfg: EvalConfig, gamma: int) -> di
 def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = None) -> dict:
     out = Path(cfg.output or (Path(cfg.run) / "eval" if cfg.run else "runs/eval"))
     out.mkdir(parents=True, exist_ok=True)
-    rows = load_prompts(cfg.prompts, categories=cfg.categories or None, limit=cfg.limit)
+    rows = load_prompts(cfg.prompts, categories=cfg.categories or None, limit=cfg.limit, spread=True)
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
 

@@ -48,8 +48,11 @@ def _load_hf(spec: str, split: str):
 
 
 def load_prompts(spec: str, columns: dict | None = None, split: str = "train",
-                 categories: list[str] | None = None, limit: int = 0) -> list[dict]:
-    """Load and validate prompts; `columns` maps our field names to the dataset's column names."""
+                 categories: list[str] | None = None, limit: int = 0, spread: bool = False) -> list[dict]:
+    """Load and validate prompts; `columns` maps our field names to the dataset's column names.
+
+    limit: the first N prompts, or with `spread` N prompts taken in turn from each category (file order within
+    one), so a small evaluation still covers every category instead of the file's first one or two."""
     columns = dict(columns or {})
     bad = sorted(set(columns) - set(FIELDS))
     if bad:
@@ -76,7 +79,21 @@ def load_prompts(spec: str, columns: dict | None = None, split: str = "train",
         if unknown:
             raise UserError(f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {unknown}; {spec} has {sorted(have)}")
         rows = [r for r in rows if r["category"] in categories]
-    return rows[:limit] if limit else rows
+    if not limit:
+        return rows
+    if not spread:
+        return rows[:limit]
+    by_cat: dict[str, list[dict]] = {}
+    for r in rows:
+        by_cat.setdefault(r["category"], []).append(r)
+    queues = [iter(v) for v in by_cat.values()]
+    picked: list[dict] = []
+    while len(picked) < min(limit, len(rows)):
+        for q in queues:
+            r = next(q, None)
+            if r is not None and len(picked) < limit:
+                picked.append(r)
+    return picked
 
 
 def split_response(row: dict) -> tuple[dict, str | None]:

@@ -720,3 +720,15 @@ def test_two_process_accelerate_launch_equals_one_process(tmp_path, base, target
         )
     info = json.loads((out / "collect.json").read_text())
     assert info["rows"] == info["prompts"] == len(PROMPTS)
+
+
+def test_spread_limit_takes_prompts_in_turn_from_each_category():
+    from distill.prompts import load_prompts
+
+    rows = load_prompts("heldout")
+    cats = list(dict.fromkeys(r["category"] for r in rows))
+    first = load_prompts("heldout", limit=len(cats) * 2)
+    assert len({r["category"] for r in first}) < len(cats)  # the file's order: the first N are one or two categories
+    spread = load_prompts("heldout", limit=len(cats) * 2, spread=True)
+    assert [r["category"] for r in spread] == cats * 2
+    assert spread[0] == rows[0] and len(load_prompts("heldout", limit=10_000, spread=True)) == len(rows)
