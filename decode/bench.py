@@ -135,15 +135,13 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     device = str(target.device)
 
     def ours(draft, ids, cfg, seed):
-        # cfg None: the target alone through the same loop (γ = 0); a run with no draft but a lookup is
-        # prompt-lookup decoding on its own
-        lookup = cfg.lookup if cfg is not None else 0
-        gamma = cfg.gamma if cfg is not None and (draft is not None or lookup) else 0
         gen = torch.Generator(device=device).manual_seed(seed)
-        return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, gamma,
-                        cfg.schedule if cfg is not None else "constant", sampling, eos,
-                        vocab_map=draft.vocab_map if draft is not None else None,
-                        generator=gen, lookup=lookup, lookup_tokens=cfg.lookup_tokens if cfg is not None else 0)
+        if cfg is None:  # the target alone through the same loop (γ = 0)
+            return generate(target, None, ids, first.max_new_tokens, 0, "constant", sampling, eos, generator=gen)
+        # no draft but a lookup: prompt-lookup decoding on its own
+        return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, cfg.gamma,
+                        cfg.schedule, sampling, eos, vocab_map=draft.vocab_map if draft is not None else None,
+                        generator=gen, lookup=cfg.lookup, lookup_tokens=cfg.lookup_tokens)
 
     # plain transformers cannot use a reduced-vocab draft
     do_hf = [hf and d.vocab_map is None for d, _, hf in runs]

@@ -12,14 +12,14 @@ from __future__ import annotations
 MAX_NGRAM = 4  # longest suffix matched; longer matches add little over 4 on chat text
 
 
-def continuation(ctx: list[int], min_ngram: int, limit: int, max_ngram: int = MAX_NGRAM) -> list[int]:
-    """Up to `limit` tokens that followed the latest earlier occurrence of the longest suffix of ctx
-    (between min_ngram and max_ngram tokens long); [] when the suffix of min_ngram tokens never occurred before."""
+def longest_match(ctx: list[int], max_ngram: int = MAX_NGRAM) -> tuple[int, int]:
+    """(end, n): the latest earlier occurrence of the longest suffix of ctx (up to max_ngram tokens) ends at
+    ctx[end] and is n tokens long; (-1, 0) when ctx's last token never occurred before."""
     n_ctx = len(ctx)
-    if min_ngram < 1 or n_ctx < min_ngram + 1 or limit < 1:
-        return []
-    last = ctx[-1]
     best_end, best_n = -1, 0
+    if n_ctx < 2:
+        return best_end, best_n
+    last = ctx[-1]
     for j in range(n_ctx - 2, -1, -1):  # j: end of an earlier occurrence of the suffix, latest first
         if ctx[j] != last:
             continue
@@ -30,6 +30,13 @@ def continuation(ctx: list[int], min_ngram: int, limit: int, max_ngram: int = MA
             best_end, best_n = j, n
             if n == max_ngram:
                 break
-    if best_n < min_ngram:
+    return best_end, best_n
+
+
+def continuation(ctx: list[int], min_ngram: int, limit: int, max_ngram: int = MAX_NGRAM) -> list[int]:
+    """Up to `limit` tokens that followed the latest earlier occurrence of the longest suffix of ctx
+    (between min_ngram and max_ngram tokens long); [] when the suffix of min_ngram tokens never occurred before."""
+    if min_ngram < 1 or limit < 1:
         return []
-    return ctx[best_end + 1: best_end + 1 + limit]
+    end, n = longest_match(ctx, max_ngram)
+    return ctx[end + 1: end + 1 + limit] if n >= min_ngram else []

@@ -13,6 +13,13 @@ import random
 import torch
 
 
+def target_to_draft(d2t: torch.Tensor, target_vocab: int) -> torch.Tensor:
+    """(V_draft,) draft id -> target id  =>  (V_target,) target id -> draft id, -1 outside the draft vocabulary."""
+    t2d = torch.full((target_vocab,), -1, dtype=torch.long)
+    t2d[d2t] = torch.arange(len(d2t))
+    return t2d
+
+
 def make_examples(ds, max_seq_len: int) -> list[dict]:
     """Rows -> examples (prompt cut from the left when prompt + response exceeds max_seq_len)."""
     examples = []

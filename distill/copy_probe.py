@@ -23,11 +23,12 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from decode.errors import UserError
-from decode.lookup import MAX_NGRAM, continuation
+from decode.lookup import MAX_NGRAM, longest_match
 from decode.targets import load_draft, load_target
 from distill import batches
 from distill.config import parse
 from distill.shards import load_collected
+from distill.train import Student
 
 
 @dataclass
@@ -48,10 +49,7 @@ class ProbeConfig:
 
 def match_length(ctx: list[int], max_ngram: int = MAX_NGRAM) -> int:
     """Length of the longest suffix of ctx (up to max_ngram) that occurred earlier in ctx (0 = none)."""
-    for n in range(max_ngram, 0, -1):
-        if continuation(ctx, n, 1, max_ngram):
-            return n
-    return 0
+    return longest_match(ctx, max_ngram)[1]
 
 
 def summarise(records: list[tuple[int, bool, bool]], max_ngram: int = MAX_NGRAM) -> dict:
@@ -72,43 +70,38 @@ def summarise(records: list[tuple[int, bool, bool]], max_ngram: int = MAX_NGRAM)
 
 
 @torch.no_grad()
-def _top1(model, vocab_map, t2d, ex: list[dict]) -> tuple[torch.Tensor, dict]:
-    """The draft's top-1 (target ids) at every response position of one example, and the collated batch."""
+def _top1(student: Student, vocab_map, t2d, ex: list[dict]) -> tuple[torch.Tensor, dict]:
+    """The draft's top-1 (target ids) at every response position of the examples, and the collated batch."""
     b = batches.collate(ex, t2d)
-    h = model.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state  # (1, T, H)
-    pred = model.lm_head(h.flatten(0, 1)[b["sel"]]).argmax(-1)  # (N,)
+    pred = student(b["input_ids"], b["attention_mask"], b["sel"]).argmax(-1)  # (N,)
     return (vocab_map[pred] if vocab_map is not None else pred), b
 
 
 def probe(cfg: ProbeConfig) -> dict:
     target, tok = load_target(cfg.target)
     d = load_draft(cfg.draft, target, tok)
-    model, vm = d.model.eval(), d.vocab_map
-    t2d = None
-    if vm is not None:  # target id -> draft id (-1 outside the draft vocabulary)
-        t2d = torch.full((target.config.vocab_size,), -1, dtype=torch.long)
-        t2d[vm] = torch.arange(len(vm))
+    student, vm = Student(d.model.eval()), d.vocab_map
+    t2d = batches.target_to_draft(vm, target.config.vocab_size) if vm is not None else None
     ds = load_collected(cfg.data)
     if cfg.rows:
         ds = ds.select(range(min(cfg.rows, len(ds))))
     records = []
     for e in batches.make_examples(ds, cfg.max_seq_len):
-        pred, b = _top1(model, vm, t2d, [e])
+        pred, b = _top1(student, vm, t2d, [e])
         want = b["target_top1"].tolist()
         ctx = e["input_ids"]
         for t, (p, y) in enumerate(zip(pred.tolist(), want)):
             upto = ctx[: e["start"] + t + 1]  # the context that predicts response token t
-            m = match_length(upto)
-            guess = continuation(upto, 1, 1)
-            records.append((m, bool(guess) and guess[0] == y, p == y))
+            end, m = longest_match(upto)  # the lookup's guess is upto[end + 1]
+            records.append((m, m > 0 and upto[end + 1] == y, p == y))
     result = {"draft": cfg.draft, "data": cfg.data, **summarise(records)}
     if cfg.spans:
-        result["random_span_copy"] = span_copy(target, model, vm, t2d, ds, cfg)
+        result["random_span_copy"] = span_copy(target, student, vm, t2d, ds, cfg)
     return result
 
 
 @torch.no_grad()
-def span_copy(target, model, vm, t2d, ds, cfg: ProbeConfig) -> dict:
+def span_copy(target, student: Student, vm, t2d, ds, cfg: ProbeConfig) -> dict:
     """Spans of random tokens (drawn from the data's response tokens, so the draft's vocabulary has them) shown
     twice: top-1 agreement with the *copy* on the second showing, for the target and for the draft."""
     rng = random.Random(cfg.seed)
@@ -119,7 +112,7 @@ def span_copy(target, model, vm, t2d, ds, cfg: ProbeConfig) -> dict:
         span = [rng.choice(vocab) for _ in range(cfg.span_len)]
         ex = {"input_ids": span + span[:-1], "start": cfg.span_len - 1, "labels": span, "topk_ids": None,
               "topk_logprobs": None}
-        pred, _ = _top1(model, vm, t2d, [ex])
+        pred, _ = _top1(student, vm, t2d, [ex])
         logits = target(torch.tensor([ex["input_ids"]])).logits[0, cfg.span_len - 1:]  # (span_len, V)
         want = torch.tensor(span)
         got["draft"] += int((pred == want).sum())

@@ -11,6 +11,7 @@ the last assistant message, or a mapped `response` column).
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from decode.errors import UserError
@@ -86,14 +87,8 @@ def load_prompts(spec: str, columns: dict | None = None, split: str = "train",
     by_cat: dict[str, list[dict]] = {}
     for r in rows:
         by_cat.setdefault(r["category"], []).append(r)
-    queues = [iter(v) for v in by_cat.values()]
-    picked: list[dict] = []
-    while len(picked) < min(limit, len(rows)):
-        for q in queues:
-            r = next(q, None)
-            if r is not None and len(picked) < limit:
-                picked.append(r)
-    return picked
+    in_turn = [r for group in itertools.zip_longest(*by_cat.values()) for r in group if r is not None]
+    return in_turn[:limit]
 
 
 def split_response(row: dict) -> tuple[dict, str | None]:

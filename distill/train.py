@@ -191,8 +191,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     t2d = d2t = None
     if vocab_map is not None:
         d2t = torch.tensor(vocab_map)
-        t2d = torch.full((target.config.vocab_size,), -1, dtype=torch.long)
-        t2d[d2t] = torch.arange(len(vocab_map))
+        t2d = batches.target_to_draft(d2t, target.config.vocab_size)
     keep_target = cfg.spec_eval_prompts > 0 and main_proc
     if not keep_target:
         del target
