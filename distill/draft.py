@@ -5,6 +5,7 @@
     init               target_layers | prune | random | pretrained:PATH
     vocab              "full" or N: the draft's vocabulary is the N most frequent target tokens in the data
     freeze             parts that do not train: embed (tied heads freeze with it), head, norm
+    copy_circuit       widen the draft with a hand-built induction (copy) circuit (distill/copy_circuit.py)
 
 `prune` is Sheared-LLaMA-style structured width pruning: hidden channels, FFN channels and attention heads
 (whole KV groups, then query heads within each kept group) are ranked by mean activation magnitude of the
@@ -36,6 +37,7 @@ class DraftDesign:
     init: str = "target_layers"
     vocab: int | str = "full"
     freeze: list = field(default_factory=lambda: ["embed"])
+    copy_circuit: bool = False
 
     def layer_indices(self, n_target: int) -> list[int]:
         if isinstance(self.layers, int):
@@ -86,6 +88,8 @@ class DraftDesign:
         if self.vocab != "full":
             if not isinstance(self.vocab, int) or not 1 < self.vocab <= tc.vocab_size:
                 raise UserError(f"vocab={self.vocab!r}: use 'full' or a size between 2 and the target's {tc.vocab_size}")
+        if self.copy_circuit and len(self.layer_indices(tc.num_hidden_layers)) < 2:
+            raise UserError("copy_circuit needs 2 or more layers: a previous-token head feeds the induction head")
         unknown = set(self.freeze) - {"embed", "head", "norm"}
         if unknown:
             raise UserError(f"freeze: unknown part(s) {sorted(unknown)}; choose from embed, head, norm")
@@ -247,8 +251,26 @@ def build_draft(design: DraftDesign, target, tokenizer, sequences=None, seed: in
             raise UserError("a reduced vocabulary is chosen by token frequency in collected data: give --data")
         vocab_map = frequent_tokens(sequences, int(design.vocab), [tokenizer.eos_token_id, tokenizer.pad_token_id])
         draft = _reduce_vocab(draft, vocab_map)
+    if design.copy_circuit:
+        if not sequences:
+            raise UserError("copy_circuit measures the draft's residual scale on collected data: give --data")
+        draft = _with_copy_circuit(draft, sequences, vocab_map, seed)
     draft.to(target.device)
     return draft, vocab_map
+
+
+def _with_copy_circuit(draft, sequences, vocab_map, seed: int):
+    """The copy circuit on the draft's ids; its sink is the token that starts (nearly) every sequence, if any."""
+    from distill.copy_circuit import add_copy_circuit
+
+    if vocab_map is not None:
+        t2d = {t: i for i, t in enumerate(vocab_map)}
+        sequences = [[t2d.get(t, 0) for t in s] for s in sequences]  # out-of-vocabulary inputs read as id 0
+    first = Counter(s[0] for s in sequences if s)
+    sink, n = first.most_common(1)[0] if first else (None, 0)
+    sink = sink if n >= 0.9 * len(sequences) else None
+    device = draft.device
+    return add_copy_circuit(draft.cpu(), sequences, sink, seed).to(device)
 
 
 def apply_freeze(draft, parts: list[str]) -> None:

@@ -27,7 +27,7 @@ from decode.prompts import encode_prompt
 from decode.sampling import SamplingParams
 from decode.speculative import generate
 from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, VOCAB_MAP_FILE, load_target
-from distill import batches, checkpoints, losses
+from distill import batches, checkpoints, copy_circuit, losses
 from distill import config as configlib
 from distill.draft import DraftDesign, apply_freeze, build_draft, describe
 from distill.prompts import load_prompts
@@ -51,6 +51,7 @@ class TrainConfig:
     init: str = field(default="target_layers", metadata={"help": "target_layers | prune | random | pretrained:PATH"})
     vocab: int | str = field(default="full", metadata={"help": "'full' or N most frequent target tokens"})
     freeze: list = field(default_factory=lambda: ["embed"], metadata={"help": "parts kept frozen: embed, head, norm"})
+    copy_circuit: bool = field(default=False, metadata={"help": "widen the draft with a hand-built induction (copy) circuit"})
     lora_r: int = field(default=0, metadata={"help": "LoRA rank for init=pretrained (0 = full fine-tune)"})
     # --- objective and optimisation
     loss: dict = field(default_factory=lambda: {"fkl": 1.0}, metadata={"help": "weights over fkl, rkl, jsd, tvd, ce"})
@@ -90,7 +91,8 @@ class TrainConfig:
             raise UserError(f"--loss {self.loss}: give positive weights over {list(losses.LOSS_NAMES)}")
 
     def design(self) -> DraftDesign:
-        keys = ("layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "init", "vocab", "freeze")
+        keys = ("layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "init", "vocab", "freeze",
+                "copy_circuit")
         return DraftDesign(**{k: getattr(self, k) for k in keys})
 
 
@@ -140,6 +142,9 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     # --- data: collected by the same target and tokenizer
     ds_plugin = accelerator.state.deepspeed_plugin
     zero3 = ds_plugin is not None and ds_plugin.zero_stage == 3
+    if zero3 and cfg.copy_circuit:
+        raise UserError("--copy-circuit keeps its structural zeros with gradient masks, which are not checked under "
+                        "ZeRO-3's partitioned parameters; use configs/accelerate/zero2.yaml, ddp.yaml or cpu.yaml")
     if zero3:  # accelerate registers its ZeRO-3 config with transformers, which then builds every model
         # partitioned (zero.Init) even with zero3_init_flag false; the draft is copied from the whole target,
         # so build both as plain models (prepare() partitions the draft) and restore the config after
@@ -179,6 +184,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
         draft = get_peft_model(draft, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear"))
     else:
         apply_freeze(draft, design.freeze)
+        copy_circuit.mask_gradients(draft)
     if cfg.gradient_checkpointing:
         draft.gradient_checkpointing_enable()
     if zero3:

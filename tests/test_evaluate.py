@@ -218,4 +218,4 @@ def test_pipeline_stage_settings_merge_yaml_then_preset_then_flags():
     assert s["evaluate"]["limit"] == 8 and s["evaluate"]["gamma"] == [1, 2]  # preset over the YAML
     assert s["collect"]["limit"] == 96 and s["collect"]["topk"] == 32
     plain = ["--config", "configs/pipeline/default.yaml"]
-    assert configlib.parse(pipeline.PipelineConfig, plain).train["max_steps"] == 500
+    assert configlib.parse(pipeline.PipelineConfig, plain).train["max_steps"] == 400
