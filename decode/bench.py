@@ -214,6 +214,7 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
         }
     s = spec.as_dict()
     speedup = (spec.new_tokens / spec.seconds) / (b["tokens"] / b["seconds"])
+    in_run = _costs_in_run(spec, b, cfg.gamma)
     best_g, best_pred = costmodel.best_gamma(p, lat["c"], v)
     hf_rate = _rate(hf["tokens"], hf["seconds"])
     return {
@@ -265,8 +266,30 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
             "measured_speedup": round(speedup, 4),
             "best_gamma": best_g,
             "best_gamma_predicted_speedup": round(best_pred, 4),
+            # the same model with c and v(γ) taken from this run's own forward timings (see _costs_in_run)
+            "in_run": in_run and {
+                **in_run,
+                "predicted_speedup": round(
+                    costmodel.speedup_with_lookup(p, cfg.gamma, in_run["c"], {g: in_run["v"] for g in v},
+                                                  lookup_model["share"], lookup_model["alpha_iid"], lookup_model["tokens"])
+                    if lookup_model else costmodel.speedup(p, cfg.gamma, in_run["c"], in_run["v"]), 4),
+            },
         },
     }
+
+
+def _costs_in_run(spec, b: dict, gamma: int) -> dict | None:
+    """c and v as this run saw them, in units of the target-alone run's mean forward time t1: c = draft seconds
+    per draft round / γ / t1, v = mean target forward (verification or prefill) / t1. decode/latency.py measures
+    them apart from the run, which on a shared CPU drifts between measurements; these drift with the run.
+    Prefill forwards are in both means (one per prompt in each run). None for the target-alone entry."""
+    if not b.get("target_forwards") or not spec.target_forwards:
+        return None
+    t1 = b["target_seconds"] / b["target_forwards"]
+    draft_rounds = spec.rounds - spec.lookup_rounds
+    c = spec.draft_seconds / (gamma * draft_rounds) / t1 if draft_rounds and spec.draft_forwards else 0.0
+    return {"c": round(c, 4), "v": round(spec.target_seconds / spec.target_forwards / t1, 4),
+            "target_forward_ms": round(t1 * 1e3, 3)}
 
 
 def run(cfg: BenchConfig) -> dict:

@@ -24,7 +24,16 @@ def best(entries: list[dict]) -> dict | None:
             "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
             # the cost model checked where it matters: (predicted - measured) / measured at the best measured γ
             "prediction_error": round((e["cost_model"]["predicted_speedup"] - e["speedup"]) / e["speedup"], 4),
+            **_in_run_error(e),
             "speedup_vs_hf_assisted": e["speedup_vs_hf_assisted"]}
+
+
+def _in_run_error(e: dict) -> dict:
+    ir = e["cost_model"].get("in_run")
+    if not ir:
+        return {}
+    return {"predicted_speedup_in_run": ir["predicted_speedup"],
+            "prediction_error_in_run": round((ir["predicted_speedup"] - e["speedup"]) / e["speedup"], 4)}
 
 
 def headline(result: dict) -> str:
@@ -33,8 +42,15 @@ def headline(result: dict) -> str:
         return f"no draft evaluated; see {result.get('output')}/report.md"
     lookup = f", context lookup {b['lookup']}" if b.get("lookup") else ""
     return (f"best draft {b['draft']} (γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
-            f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}), α={b['acceptance_rate']}, τ={b['tau']}, "
+            f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}{_in_run_note(b)}), "
+            f"α={b['acceptance_rate']}, τ={b['tau']}, "
             f"lossless={b['lossless']}; report: {result.get('output')}/report.md")
+
+
+def _in_run_note(b: dict) -> str:
+    if "prediction_error_in_run" not in b:
+        return ""
+    return f"; with c, v from the run: {b['predicted_speedup_in_run']}x, {b['prediction_error_in_run']:+.1%}"
 
 
 def _f(x, nd=3):
@@ -69,6 +85,10 @@ def markdown(result: dict, pngs: list[str]) -> str:
             lines += ["", f"Cost model on this device: target step {cm['target_step_ms']} ms, draft step {cm['draft_step_ms']} ms "
                       f"(c = {cm['c']}), v(γ) = {cm['v']}; best γ predicted: {cm['best_gamma']} "
                       f"({cm['best_gamma_predicted_speedup']}×)."]
+            if cm.get("in_run"):
+                ir = cm["in_run"]
+                lines += ["", f"The same cost model with c and v from this run's own forward timings (c = {ir['c']}, "
+                          f"v = {ir['v']}): predicted {ir['predicted_speedup']}× ({b['prediction_error_in_run']:+.1%})."]
     pl = result.get("anchors", {}).get("prompt_lookup")
     if pl:
         lines += ["", "## Anchors", "",

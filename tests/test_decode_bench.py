@@ -65,6 +65,12 @@ def test_bench_result_schema_and_lossless(tmp_path, tiny_llama, tiny_tokenizer, 
     assert r["hf_assisted"]["outputs_matching_target"] == 3 and r["hf_assisted"]["tokens"] == s["tokens"]
     assert set(r["per_category"]) == {"chat", "code"} and r["per_category"]["chat"]["prompts"] == 2
     assert r["cost_model"]["alpha"] == s["acceptance_rate"]
+    ir = r["cost_model"]["in_run"]  # c and v from the run's own forward timings, and the model's prediction with them
+    assert set(ir) == {"c", "v", "target_forward_ms", "predicted_speedup"} and min(ir.values()) > 0
+    from decode import costmodel
+
+    assert ir["predicted_speedup"] == pytest.approx(
+        costmodel.speedup(r["cost_model"]["alpha_iid"], r["gamma"], ir["c"], ir["v"]), abs=2e-4)
     if draft == "same":
         assert s["acceptance_rate"] == 1.0 and r["cost_model"]["c"] is not None
 
