@@ -86,6 +86,9 @@ class TrainConfig:
         for name in ("max_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.copy_circuit and self.lora_r:
+            raise UserError("--lora-r with --copy-circuit: LoRA's dense low-rank updates would write into the circuit's "
+                            "private dims; use one or the other")
         bad = set(self.loss) - set(losses.LOSS_NAMES)
         if bad or not any(v > 0 for v in self.loss.values()):
             raise UserError(f"--loss {self.loss}: give positive weights over {list(losses.LOSS_NAMES)}")

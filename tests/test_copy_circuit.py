@@ -148,6 +148,13 @@ def test_impossible_designs_are_refused(draft, tiny_llama, tiny_tokenizer):
         copy_circuit.add_copy_circuit(small, _seqs(), sink_id=1)
 
 
+def test_train_config_refuses_lora_with_the_circuit():
+    from distill.train import TrainConfig
+
+    with pytest.raises(UserError, match="lora-r with --copy-circuit"):
+        TrainConfig(copy_circuit=True, lora_r=4, init="pretrained:somewhere")
+
+
 def test_build_draft_with_circuit_and_reduced_vocab(tiny_llama, tiny_tokenizer):
     target = tiny_llama(seed=3, layers=4, hidden=64, num_attention_heads=2, num_key_value_heads=1, head_dim=64)
     seqs = _seqs(8)
