@@ -212,6 +212,14 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
             "alpha_iid": costmodel.alpha_iid(spec.lookup_accepted, spec.lookup_rounds, spec.lookup_full),
             "tokens": spec.lookup_proposed / spec.lookup_rounds,
         }
+
+    def predict(c: float, vs: dict[int, float]) -> float:
+        """The cost model's speedup for this run's α (and lookup rounds) at draft cost c and verify costs vs."""
+        if lookup_model:
+            return costmodel.speedup_with_lookup(p, cfg.gamma, c, vs, lookup_model["share"], lookup_model["alpha_iid"],
+                                                 lookup_model["tokens"])
+        return costmodel.speedup(p, cfg.gamma, c, vs[cfg.gamma])
+
     s = spec.as_dict()
     speedup = (spec.new_tokens / spec.seconds) / (b["tokens"] / b["seconds"])
     in_run = _costs_in_run(spec, b, cfg.gamma)
@@ -258,22 +266,13 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
             "alpha": round(alpha, 4),
             "alpha_iid": round(p, 4),
             "predicted_tau": round(costmodel.tau(p, cfg.gamma), 4),
-            "predicted_speedup": round(
-                costmodel.speedup_with_lookup(p, cfg.gamma, lat["c"], v, lookup_model["share"],
-                                              lookup_model["alpha_iid"], lookup_model["tokens"])
-                if lookup_model else costmodel.speedup(p, cfg.gamma, lat["c"], v[cfg.gamma]), 4),
+            "predicted_speedup": round(predict(lat["c"], v), 4),
             "lookup": {k: round(x, 4) for k, x in lookup_model.items()} if lookup_model else None,
             "measured_speedup": round(speedup, 4),
             "best_gamma": best_g,
             "best_gamma_predicted_speedup": round(best_pred, 4),
             # the same model with c and v(γ) taken from this run's own forward timings (see _costs_in_run)
-            "in_run": in_run and {
-                **in_run,
-                "predicted_speedup": round(
-                    costmodel.speedup_with_lookup(p, cfg.gamma, in_run["c"], {g: in_run["v"] for g in v},
-                                                  lookup_model["share"], lookup_model["alpha_iid"], lookup_model["tokens"])
-                    if lookup_model else costmodel.speedup(p, cfg.gamma, in_run["c"], in_run["v"]), 4),
-            },
+            "in_run": in_run and {**in_run, "predicted_speedup": round(predict(in_run["c"], {g: in_run["v"] for g in v}), 4)},
         },
     }
 

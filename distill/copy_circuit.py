@@ -50,6 +50,7 @@ PREV_PAIRS = 16    # fastest-rotating RoPE pairs used by the previous-token head
 MATCH_SCORE = 40.0  # induction score of an exact match
 SINK_SCORE = 26.0   # score of the sink (<|im_start|>), below a match and above chance matches
 GAIN = 45.0        # logit boost of the copied token
+SCALE_SEQUENCES = 32  # sequences the residual scale is measured on
 NGRAM = 2           # match this token and the one before (1: this token only)
 
 
@@ -59,9 +60,14 @@ def _check(model) -> None:
         raise UserError(f"copy_circuit builds into Llama-architecture drafts; this draft is {c.model_type!r}")
     if c.num_hidden_layers < 2:
         raise UserError("copy_circuit needs a draft of 2 or more layers (a previous-token head feeds the induction head)")
-    rope = getattr(c, "rope_parameters", None) or {"rope_type": "default", "rope_theta": getattr(c, "rope_theta", 10000.0)}
-    if rope.get("rope_type", "default") != "default":
-        raise UserError(f"copy_circuit assumes default RoPE; this draft uses {rope.get('rope_type')!r}")
+    if _rope(c)[0] != "default":
+        raise UserError(f"copy_circuit assumes default RoPE; this draft uses {_rope(c)[0]!r}")
+
+
+def _rope(c) -> tuple[str, float]:
+    """(rope type, theta) from a config of either transformers layout (rope_parameters, or rope_theta)."""
+    rope = getattr(c, "rope_parameters", None) or {}
+    return rope.get("rope_type", "default"), rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
 
 
 @torch.no_grad()
@@ -133,7 +139,7 @@ def add_copy_circuit(model, sequences: list[list[int]], sink_id: int | None, see
         raise UserError(f"copy_circuit: head_dim {d} / group size {group} too small for the circuit (ngram {ngram})")
     if not sequences:
         raise UserError("copy_circuit measures the draft's residual scale on collected data: give --data")
-    r_last = residual_rms(model, sequences[:32], nl - 1)  # typical rms entering the last layer
+    r_last = residual_rms(model, sequences[:SCALE_SEQUENCES], nl - 1)  # typical rms entering the last layer
     emb = model.get_input_embeddings().weight.detach()
     r_emb = emb.pow(2).mean(-1).sqrt().median().item()
 
@@ -150,7 +156,7 @@ def add_copy_circuit(model, sequences: list[list[int]], sink_id: int | None, see
 
     g = torch.Generator().manual_seed(seed)
     codes = torch.randint(0, 2, (emb.shape[0], CODE_DIMS), generator=g).to(emb) * 2 - 1  # (V, C)
-    theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", getattr(c, "rope_theta", 10000.0))
+    theta = _rope(c)[1]
     inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,) RoPE frequencies
     slow = torch.arange(half - MATCH_PAIRS, half).view(ngram, -1)  # (ngram, k/2) slowest pairs, one row a term
     slots = [torch.cat([s, s + half]) for s in slow]  # per term: (k,) q/k dims rotated by slow frequencies

@@ -25,6 +25,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from decode import latency
 from decode.errors import UserError
 from decode.targets import draft_from_layers, load_model
+from distill import batches
 
 
 @dataclass
@@ -252,25 +253,24 @@ def build_draft(design: DraftDesign, target, tokenizer, sequences=None, seed: in
         vocab_map = frequent_tokens(sequences, int(design.vocab), [tokenizer.eos_token_id, tokenizer.pad_token_id])
         draft = _reduce_vocab(draft, vocab_map)
     if design.copy_circuit:
-        if not sequences:
-            raise UserError("copy_circuit measures the draft's residual scale on collected data: give --data")
-        draft = _with_copy_circuit(draft, sequences, vocab_map, seed)
+        draft = _with_copy_circuit(draft, sequences or [], vocab_map, tc.vocab_size, seed)
     draft.to(target.device)
     return draft, vocab_map
 
 
-def _with_copy_circuit(draft, sequences, vocab_map, seed: int):
+def _with_copy_circuit(draft, sequences, vocab_map, target_vocab: int, seed: int):
     """The copy circuit on the draft's ids; its sink is the token that starts (nearly) every sequence, if any."""
-    from distill.copy_circuit import add_copy_circuit
+    from distill.copy_circuit import SCALE_SEQUENCES, add_copy_circuit
 
-    if vocab_map is not None:
-        t2d = {t: i for i, t in enumerate(vocab_map)}
-        sequences = [[t2d.get(t, 0) for t in s] for s in sequences]  # out-of-vocabulary inputs read as id 0
-    first = Counter(s[0] for s in sequences if s)
-    sink, n = first.most_common(1)[0] if first else (None, 0)
-    sink = sink if n >= 0.9 * len(sequences) else None
+    first = Counter(s[0] for s in sequences if s).most_common(1)
+    sink = first[0][0] if first and first[0][1] >= 0.9 * len(sequences) else None
+    sample = sequences[:SCALE_SEQUENCES]
+    if vocab_map is not None:  # draft ids, out-of-vocabulary inputs as id 0 (as batches.collate and decode/ read them)
+        t2d = batches.target_to_draft(torch.tensor(vocab_map), target_vocab)
+        sample = [t2d[torch.tensor(s, dtype=torch.long)].clamp(min=0).tolist() for s in sample]
+        sink = None if sink is None else max(int(t2d[sink]), 0)
     device = draft.device
-    return add_copy_circuit(draft.cpu(), sequences, sink, seed).to(device)
+    return add_copy_circuit(draft.cpu(), sample, sink, seed).to(device)
 
 
 def apply_freeze(draft, parts: list[str]) -> None:

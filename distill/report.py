@@ -23,7 +23,7 @@ def best(entries: list[dict]) -> dict | None:
             "acceptance_rate": e["speculative"]["acceptance_rate"], "tau": e["speculative"]["tau"],
             "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
             # the cost model checked where it matters: (predicted - measured) / measured at the best measured γ
-            "prediction_error": round((e["cost_model"]["predicted_speedup"] - e["speedup"]) / e["speedup"], 4),
+            "prediction_error": _error(e["cost_model"]["predicted_speedup"], e["speedup"]),
             **_in_run_error(e),
             "speedup_vs_hf_assisted": e["speedup_vs_hf_assisted"]}
 
@@ -33,7 +33,11 @@ def _in_run_error(e: dict) -> dict:
     if not ir:
         return {}
     return {"predicted_speedup_in_run": ir["predicted_speedup"],
-            "prediction_error_in_run": round((ir["predicted_speedup"] - e["speedup"]) / e["speedup"], 4)}
+            "prediction_error_in_run": _error(ir["predicted_speedup"], e["speedup"])}
+
+
+def _error(predicted: float, measured: float) -> float:
+    return round((predicted - measured) / measured, 4)
 
 
 def headline(result: dict) -> str:
