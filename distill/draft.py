@@ -260,17 +260,26 @@ def build_draft(design: DraftDesign, target, tokenizer, sequences=None, seed: in
 
 def _with_copy_circuit(draft, sequences, vocab_map, target_vocab: int, seed: int):
     """The copy circuit on the draft's ids; its sink is the token that starts (nearly) every sequence, if any."""
-    from distill.copy_circuit import SCALE_SEQUENCES, add_copy_circuit
+    from distill.copy_circuit import add_copy_circuit
 
     first = Counter(s[0] for s in sequences if s).most_common(1)
     sink = first[0][0] if first and first[0][1] >= 0.9 * len(sequences) else None
-    sample = sequences[:SCALE_SEQUENCES]
-    if vocab_map is not None:  # draft ids, out-of-vocabulary inputs as id 0 (as batches.collate and decode/ read them)
-        t2d = batches.target_to_draft(torch.tensor(vocab_map), target_vocab)
-        sample = [t2d[torch.tensor(s, dtype=torch.long)].clamp(min=0).tolist() for s in sample]
-        sink = None if sink is None else max(int(t2d[sink]), 0)
+    if sink is not None and vocab_map is not None:
+        sink = max(int(batches.target_to_draft(torch.tensor(vocab_map), target_vocab)[sink]), 0)
     device = draft.device
-    return add_copy_circuit(draft.cpu(), sample, sink, seed).to(device)
+    return add_copy_circuit(draft.cpu(), circuit_sample(sequences, vocab_map, target_vocab), sink, seed).to(device)
+
+
+def circuit_sample(sequences, vocab_map, target_vocab: int) -> list[list[int]]:
+    """The collected sequences the copy circuit measures the residual scale on (at build, and when training
+    calibrates it for evaluation and export), in draft ids: out-of-vocabulary inputs as id 0, as batches.collate and decode/ read them."""
+    from distill.copy_circuit import SCALE_SEQUENCES
+
+    sample = sequences[:SCALE_SEQUENCES]
+    if vocab_map is None:
+        return [list(s) for s in sample]
+    t2d = batches.target_to_draft(torch.tensor(vocab_map), target_vocab)
+    return [t2d[torch.tensor(s, dtype=torch.long)].clamp(min=0).tolist() for s in sample]
 
 
 def apply_freeze(draft, parts: list[str]) -> None:

@@ -29,7 +29,7 @@ from decode.speculative import generate
 from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, VOCAB_MAP_FILE, load_target
 from distill import batches, checkpoints, copy_circuit, losses
 from distill import config as configlib
-from distill.draft import DraftDesign, apply_freeze, build_draft, describe
+from distill.draft import DraftDesign, apply_freeze, build_draft, circuit_sample, describe
 from distill.prompts import load_prompts
 from distill.shards import collect_info, load_collected, tokenizer_fingerprint
 from distill.tracking import Tracker
@@ -188,6 +188,8 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     else:
         apply_freeze(draft, design.freeze)
         copy_circuit.mask_gradients(draft)
+    # evaluation and export resize the copy circuit's output to the grown residual, measured on these sequences
+    calib_seqs = circuit_sample(seqs, vocab_map, target.config.vocab_size) if design.copy_circuit else None
     if cfg.gradient_checkpointing:
         draft.gradient_checkpointing_enable()
     if zero3:
@@ -244,6 +246,10 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     def export(state_dict, hf_dir: Path) -> None:
         model = accelerator.unwrap_model(student).model
         sd = {k.removeprefix("model."): v for k, v in state_dict.items()}
+        gain = copy_circuit.output_gain(model, calib_seqs) if calib_seqs else None
+        if gain is not None:  # the exported draft is the calibrated one that evaluate() measured
+            norm = sd["model.norm.weight"] = sd["model.norm.weight"].clone()
+            norm[model.config.copy_circuit["private"]:] = gain
         if hasattr(model, "merge_and_unload"):  # LoRA: export merged weights as a plain model
             import copy
 
@@ -274,6 +280,10 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     # --- evaluation: teacher-forced top-1 agreement on held-out target outputs (≈ α for greedy decoding)
     @torch.no_grad()
     def evaluate() -> dict:
+        with copy_circuit.calibrated(accelerator.unwrap_model(student).model, calib_seqs):
+            return _evaluate()
+
+    def _evaluate() -> dict:
         student.eval()
         agree = torch.zeros(2, device=accelerator.device)
         for i in range(rank * cfg.batch_size, len(eval_ex), world * cfg.batch_size):

@@ -165,3 +165,24 @@ def test_build_draft_with_circuit_and_reduced_vocab(tiny_llama, tiny_tokenizer):
     emb = d.get_input_embeddings().weight
     flag = emb[:, target.config.hidden_size + copy_circuit.CODE_DIMS:].abs().sum(-1)
     assert vocab_map[int(flag.argmax())] == 1
+
+
+def test_calibrated_restores_the_boost_after_the_residual_grows(draft):
+    wide = copy_circuit.add_copy_circuit(draft, _seqs(), sink_id=1, ngram=2)
+    seqs = _seqs()
+    assert copy_circuit.output_gain(wide, seqs) == pytest.approx(1.0, abs=0.02)  # as built: nothing to resize
+    h = draft.config.hidden_size
+    with torch.no_grad():  # what training does to the copied layers: their output grows (here the last's, 30x)
+        wide.model.layers[-1].self_attn.o_proj.weight[:h] *= 30
+        wide.model.layers[-1].mlp.down_proj.weight[:h] *= 30
+    before = wide.model.norm.weight.detach().clone()
+    grown = _span_copy(wide)
+    with copy_circuit.calibrated(wide, seqs) as gain:
+        assert gain > 5, gain
+        restored = _span_copy(wide)
+    assert grown < 0.5 < 0.8 < restored, (grown, restored)
+    assert torch.equal(wide.model.norm.weight, before)  # training continues on the uncalibrated weights
+    # the reference scale travels in config.json, so a saved draft calibrates the same way
+    assert set(wide.config.to_dict()["copy_circuit"]) == {"private", "r_final"}
+    with copy_circuit.calibrated(draft, seqs) as none:  # a draft without the circuit: nothing to do
+        assert none is None

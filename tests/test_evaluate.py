@@ -175,8 +175,15 @@ def test_quick_pipeline_end_to_end_on_default_target(tmp_path):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     report = json.loads((out / "eval" / "report.json").read_text())
     assert report["entries"] and summary["best"]["lossless"] is True
-    assert (out / "train" / "checkpoint-000006" / "hf" / "draft_vocab.json").is_file()
+    hf = out / "train" / "checkpoint-000006" / "hf"
+    assert (hf / "draft_vocab.json").is_file()
     assert "best draft" in proc.stdout
+    # the exported copy-circuit draft is calibrated: one gain, set from the residual's growth, on the private dims
+    from safetensors.torch import load_file
+
+    private = json.loads((hf / "config.json").read_text())["copy_circuit"]["private"]
+    gain = load_file(hf / "model.safetensors")["model.norm.weight"][private:]
+    assert (gain == gain[0]).all() and gain[0] != 1.0, gain[:4]
 
 
 @pytest.mark.slow
