@@ -264,15 +264,16 @@ def _with_copy_circuit(draft, sequences, vocab_map, target_vocab: int, seed: int
 
     first = Counter(s[0] for s in sequences if s).most_common(1)
     sink = first[0][0] if first and first[0][1] >= 0.9 * len(sequences) else None
-    if sink is not None and vocab_map is not None:
-        sink = max(int(batches.target_to_draft(torch.tensor(vocab_map), target_vocab)[sink]), 0)
+    if sink is not None:
+        sink = circuit_sample([[sink]], vocab_map, target_vocab)[0][0]  # in draft ids
     device = draft.device
     return add_copy_circuit(draft.cpu(), circuit_sample(sequences, vocab_map, target_vocab), sink, seed).to(device)
 
 
 def circuit_sample(sequences, vocab_map, target_vocab: int) -> list[list[int]]:
     """The collected sequences the copy circuit measures the residual scale on (at build, and when training
-    calibrates it for evaluation and export), in draft ids: out-of-vocabulary inputs as id 0, as batches.collate and decode/ read them."""
+    calibrates it for evaluation and export), in draft ids: out-of-vocabulary inputs as id 0, as batches.collate
+    and decode/ read them."""
     from distill.copy_circuit import SCALE_SEQUENCES
 
     sample = sequences[:SCALE_SEQUENCES]
