@@ -37,6 +37,9 @@ Divergences, with P = teacher and Q = student over the bins:
           0 <= jsd <= log 2; beta = 0.5 is the symmetric JSD; swapping P and Q is the same as 1 - beta.
     tvd = 0.5 sum |p - q|
     ce  = -log q(label), on the full student vocabulary (no bins).
+    top1 = -log q(teacher's most likely token), likewise. On greedy-collected rows the label is that token, so
+          top1 = ce there; on rows sampled at T > 0 the label is a draw (35% of labels are not the teacher's top
+          token at T = 0.8 on the default target), and top1 trains toward what greedy verification accepts.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from torch import Tensor
 
 TAIL_FLOOR = 1e-6
 DIVERGENCES = ("fkl", "rkl", "jsd", "tvd")
-LOSS_NAMES = (*DIVERGENCES, "ce")
+LOSS_NAMES = (*DIVERGENCES, "ce", "top1")
 
 
 def coarsen(student_logits: Tensor, topk_ids: Tensor, topk_logprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -198,7 +201,7 @@ def combined_loss(
 
     Args:
         weights: {name: weight >= 0} with names among LOSS_NAMES; zero-weight terms are not computed.
-        labels: (N,) long, needed only when weights["ce"] > 0.
+        labels: (N,) long, needed only when weights["ce"] > 0 (top1 reads topk_ids[:, 0]).
 
     Returns:
         total: () float32 with gradient; parts: {name: () detached float32} for each term with weight > 0,
@@ -217,12 +220,16 @@ def combined_loss(
         )
     if "ce" in active and labels is None:
         raise ValueError("weights['ce'] > 0 needs labels")
+    if "top1" in active and topk_ids is None:
+        raise ValueError("weights['top1'] > 0 needs the teacher's top-k ids")
 
-    divergences = [n for n in active if n != "ce"]
+    divergences = [n for n in active if n in DIVERGENCES]
     values = per_position(student_logits, topk_ids, topk_logprobs, divergences, jsd_beta) if divergences else {}
     parts = {name: masked_mean(v, mask) for name, v in values.items()}
     if "ce" in active:
         parts["ce"] = cross_entropy(student_logits, labels, mask)
+    if "top1" in active:
+        parts["top1"] = cross_entropy(student_logits, topk_ids[:, 0], mask)  # top-k is stored most likely first
     parts = {name: parts[name] for name in active}
     total = sum(weights[name] * parts[name] for name in active)
     return total, {name: v.detach() for name, v in parts.items()}

@@ -54,7 +54,7 @@ class TrainConfig:
     copy_circuit: bool = field(default=False, metadata={"help": "widen the draft with a hand-built induction (copy) circuit"})
     lora_r: int = field(default=0, metadata={"help": "LoRA rank for init=pretrained (0 = full fine-tune)"})
     # --- objective and optimisation
-    loss: dict = field(default_factory=lambda: {"fkl": 1.0}, metadata={"help": "weights over fkl, rkl, jsd, tvd, ce"})
+    loss: dict = field(default_factory=lambda: {"fkl": 1.0}, metadata={"help": "weights over fkl, rkl, jsd, tvd, ce, top1 (distill/losses.py)"})
     jsd_beta: float = field(default=0.5, metadata={"help": "beta of the jsd term"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
@@ -170,7 +170,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     else:  # a fixed 5% by id, so it never moves between runs
         held = [i for i, x in enumerate(ds["id"]) if hash_id(x) % 20 == 0]
         eval_ds, ds = ds.select(held), ds.select(sorted(set(range(len(ds))) - set(held)))
-    needs_topk = any(cfg.loss.get(k, 0) > 0 for k in losses.DIVERGENCES)
+    needs_topk = any(cfg.loss.get(k, 0) > 0 for k in (*losses.DIVERGENCES, "top1"))
     if needs_topk and not all(i.get("k") for i in infos):
         raise UserError(f"{cfg.data} has no top-k logprobs (collected with --topk 0); use --loss '{{ce: 1.0}}' or recollect")
 

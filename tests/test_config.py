@@ -74,6 +74,14 @@ def test_shipped_collect_config_parses():
     assert cfg.target == "default" and cfg.topk == 32
 
 
+@pytest.mark.parametrize("path", sorted((REPO / "configs/train").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_train_configs_parse_and_validate(path):
+    from distill.train import TrainConfig
+
+    cfg = configlib.parse(TrainConfig, ["--config", str(path)])  # validation runs in __post_init__
+    assert cfg.layers == 2 and cfg.loss and cfg.max_steps >= 1
+
+
 # --- flag kinds ---------------------------------------------------------------------------------------------------
 
 

@@ -310,6 +310,22 @@ def test_combined_loss_weights_and_parts():
     combined_loss(zs, ids, lps, None, mask, {"tvd": 1.0})
 
 
+def test_top1_is_cross_entropy_on_the_teachers_first_id_not_the_sampled_label():
+    # student probs (0.5, 0.25, 0.25); the teacher's most likely token is id 1, the sampled label id 0
+    zs = torch.tensor([[math.log(0.5), math.log(0.25), math.log(0.25)]])
+    ids, lps = torch.tensor([[1, 0]]), torch.log(torch.tensor([[0.6, 0.3]]))
+    labels, mask = torch.tensor([0]), _all(1)
+    _, parts = combined_loss(zs, ids, lps, labels, mask, {"ce": 1.0, "top1": 1.0})
+    assert parts["ce"].item() == pytest.approx(math.log(2), abs=1e-6)
+    assert parts["top1"].item() == pytest.approx(math.log(4), abs=1e-6)
+    # needs no labels; a top id outside the student's vocabulary (-1) is left out of the mean
+    ids2 = torch.tensor([[1, 0], [-1, 2]])
+    _, parts = combined_loss(zs.repeat(2, 1), ids2, lps.repeat(2, 1), None, _all(2), {"top1": 1.0})
+    assert parts["top1"].item() == pytest.approx(math.log(4), abs=1e-6)
+    with pytest.raises(ValueError, match="top-k ids"):
+        combined_loss(zs, None, None, labels, mask, {"top1": 1.0})
+
+
 @pytest.mark.parametrize(
     ("weights", "labels", "match"),
     [

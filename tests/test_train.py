@@ -289,17 +289,18 @@ def test_nan_loss_stops_naming_the_step_and_the_last_good_checkpoint(tiny_collec
 
 
 @pytest.mark.parametrize(
-    "edit, message",
+    "edit, extra, message",
     [
-        ({"tokenizer": "0123456789abcdef"}, "collected with another tokenizer"),
-        ({"k": 0}, "no top-k logprobs"),
+        ({"tokenizer": "0123456789abcdef"}, [], "collected with another tokenizer"),
+        ({"k": 0}, [], "no top-k logprobs"),
+        ({"k": 0}, ["--loss", "{top1: 1.0}"], "no top-k logprobs"),  # top1 reads the teacher's top-k ids
     ],
 )
-def test_foreign_or_unusable_data_is_refused(tiny_collected, tmp_path, edit, message):
+def test_foreign_or_unusable_data_is_refused(tiny_collected, tmp_path, edit, extra, message):
     data = shutil.copytree(tiny_collected.data, tmp_path / "data")
     info = json.loads((data / "collect.json").read_text())
     (data / "collect.json").write_text(json.dumps({**info, **edit}))
-    argv = _argv(tiny_collected, tmp_path / "run")
+    argv = _argv(tiny_collected, tmp_path / "run") + extra
     argv[argv.index("--data") + 1] = str(data)
     with pytest.raises(SystemExit, match=message):
         main(argv)
