@@ -52,6 +52,7 @@ from torch import Tensor
 TAIL_FLOOR = 1e-6
 DIVERGENCES = ("fkl", "rkl", "jsd", "tvd")
 LOSS_NAMES = (*DIVERGENCES, "ce", "top1")
+NEEDS_TOPK = (*DIVERGENCES, "top1")  # the losses that read the teacher's stored top-k
 
 
 def coarsen(student_logits: Tensor, topk_ids: Tensor, topk_logprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -170,7 +170,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     else:  # a fixed 5% by id, so it never moves between runs
         held = [i for i, x in enumerate(ds["id"]) if hash_id(x) % 20 == 0]
         eval_ds, ds = ds.select(held), ds.select(sorted(set(range(len(ds))) - set(held)))
-    needs_topk = any(cfg.loss.get(k, 0) > 0 for k in (*losses.DIVERGENCES, "top1"))
+    needs_topk = any(cfg.loss.get(k, 0) > 0 for k in losses.NEEDS_TOPK)
     if needs_topk and not all(i.get("k") for i in infos):
         raise UserError(f"{cfg.data} has no top-k logprobs (collected with --topk 0); use --loss '{{ce: 1.0}}' or recollect")
 
