@@ -16,6 +16,7 @@ from distill.losses import (
     jsd,
     per_position,
     reverse_kl,
+    student_logprobs,
     tvd,
 )
 
@@ -308,6 +309,79 @@ def test_combined_loss_weights_and_parts():
     # every name is accepted; divergence-only weights need no labels
     combined_loss(zs, ids, lps, labels, mask, dict.fromkeys(LOSS_NAMES, 1.0))
     combined_loss(zs, ids, lps, None, mask, {"tvd": 1.0})
+
+
+# --- the one-pass softmax (student_logprobs) against plain autograd
+
+
+def _reference_logprobs(z, ids, rest_of):
+    """log q at ids and log q(complement of rest_of's ids), by log_softmax and logsumexp (autograd)."""
+    logq = torch.log_softmax(z, dim=-1)
+    in_set = torch.zeros_like(z, dtype=torch.bool)
+    for r, row in enumerate(rest_of.tolist()):
+        in_set[r, [i for i in row if i >= 0]] = True
+    rest = torch.logsumexp(logq.masked_fill(in_set, -math.inf), dim=-1, keepdim=True)
+    return logq.gather(-1, ids.clamp(min=0)), rest
+
+
+@pytest.mark.parametrize("scale", [1.0, 40.0])  # 40: peaked rows whose complement mass underflows float32
+def test_student_logprobs_value_and_gradient_match_autograd(scale):
+    torch.manual_seed(11)
+    z = (torch.randn(6, 12) * scale).requires_grad_(True)
+    rest_of = torch.stack([torch.randperm(12)[:5] for _ in range(6)])
+    rest_of[1, 2] = -1
+    if scale > 1:  # make the complement tiny on rows 0 and 3: the set holds each row's top 5 by a wide margin
+        rest_of[[0, 3]] = z.detach()[[0, 3]].topk(5, dim=-1).indices
+        z.data[[0, 3]] = z.data[[0, 3]].scatter(-1, rest_of[[0, 3]], 150.0)
+    ids = torch.cat([rest_of, rest_of[:, :1], torch.randint(0, 12, (6, 1))], dim=-1)  # a duplicate id, a label
+    at, rest = student_logprobs(z, ids, rest_of)
+    g_at, g_rest = torch.randn(at.shape).masked_fill(ids < 0, 0.0), torch.randn(rest.shape)
+    (at * g_at).sum().add((rest * g_rest).sum()).backward()
+    z64 = z.detach().double().requires_grad_(True)
+    ref_at, ref_rest = _reference_logprobs(z64, ids, rest_of)
+    (ref_at * g_at.double()).sum().add((ref_rest * g_rest.double()).sum()).backward()
+    live = ids >= 0
+    tol = 1e-5 * scale  # float32 rounding of logits of that size
+    torch.testing.assert_close(at[live], ref_at[live].float(), atol=tol, rtol=1e-5)
+    torch.testing.assert_close(rest, ref_rest.float(), atol=tol, rtol=1e-5)
+    if scale > 1:
+        assert (ref_rest[[0, 3]] < -40).all()  # those rows took the recomputed (underflow) path
+    assert torch.isfinite(rest).all()
+    torch.testing.assert_close(z.grad, z64.grad.float(), atol=1e-5, rtol=1e-4)
+
+
+def test_student_logprobs_gradcheck_and_without_rest():
+    torch.manual_seed(12)
+    z = torch.randn(4, 7, dtype=torch.float64, requires_grad=True)
+    ids, rest_of = torch.randint(0, 7, (4, 3)), torch.tensor([[0, 1, -1], [2, 3, 4], [6, 5, 0], [-1, -1, 3]])
+    assert torch.autograd.gradcheck(lambda x: student_logprobs(x, ids, rest_of), (z,))
+    assert torch.autograd.gradcheck(lambda x: student_logprobs(x, ids)[0], (z,))
+    assert student_logprobs(z, ids)[1] is None
+
+
+def test_student_logprobs_finite_when_the_set_covers_the_vocabulary():
+    z = torch.randn(2, 4, requires_grad=True)
+    at, rest = student_logprobs(z, torch.tensor([[0], [1]]), torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]]))
+    assert torch.isfinite(rest).all()
+    at.sum().backward()  # the rest is unused here, as coarsen masks it when the set covers V
+    assert torch.isfinite(z.grad).all()
+
+
+def test_combined_loss_gradient_is_the_sum_of_the_separate_terms():
+    # one shared softmax pass for fkl + ce + top1 must give the gradient the separate functions give
+    torch.manual_seed(13)
+    zs = torch.randn(8, 15, requires_grad=True)
+    ids, lps = _topk(torch.randn(8, 15), 5)
+    ids[2, 3], ids[5, 0] = -1, -1
+    labels = torch.randint(0, 15, (8,))
+    labels[4] = -1
+    mask = _all(8)
+    mask[6] = False
+    combined_loss(zs, ids, lps, labels, mask, {"fkl": 1.0, "ce": 0.5, "top1": 2.0})[0].backward()
+    z2 = zs.detach().clone().requires_grad_(True)
+    (forward_kl(z2, ids, lps, mask) + 0.5 * cross_entropy(z2, labels, mask)
+     + 2.0 * cross_entropy(z2, ids[:, 0], mask)).backward()
+    torch.testing.assert_close(zs.grad, z2.grad, atol=1e-6, rtol=1e-5)
 
 
 def test_top1_is_cross_entropy_on_the_teachers_first_id_not_the_sampled_label():
