@@ -16,8 +16,9 @@ Tail handling: k+1 bins
 The teacher gives only k probabilities. Its remaining mass, 1 - sum(exp(topk_logprobs)) clamped at 0, goes
 into one "rest" bin, and so does the mass of every -1 id (a token the student cannot produce). The student's
 distribution is coarsened to the same k+1 bins: its probabilities at the valid ids (0 at -1 ids) and its rest
-mass, the softmax mass of every student token outside the valid ids. That rest mass is a logsumexp over the
-complement, not log(1 - sum q), so it is exact and its gradient stays right when it is tiny.
+mass, the softmax mass of every student token outside the valid ids. That rest mass is summed over the
+complement (a logsumexp where it underflows), not taken as 1 - sum q, so it is exact and its gradient stays right
+when it is tiny. One softmax pass serves every term (student_logprobs).
 
 Each divergence is computed exactly over these bins. Merging tokens into bins is a fixed map, so by the
 data-processing inequality each value is a lower bound of the full-vocabulary divergence. It is equal to it
