@@ -256,15 +256,14 @@ def tvd(student_logits: Tensor, topk_ids: Tensor, topk_logprobs: Tensor, mask: T
     return masked_mean(per_position(student_logits, topk_ids, topk_logprobs, ["tvd"])["tvd"], mask)
 
 
-def cross_entropy_per_position(student_logits: Tensor, labels: Tensor) -> Tensor:
-    """-log q(label) on the full student vocabulary: (N, V_s), (N,) -> (N,); 0 where label == -1."""
-    nll = -student_logprobs(student_logits.float(), labels[:, None])[0].squeeze(-1)
-    return nll.masked_fill(labels < 0, 0.0)
+def _mean_nll(logq: Tensor, ids: Tensor, mask: Tensor) -> Tensor:
+    """-log q(id), mean over mask & (ids >= 0): (N,) log-probs at ids (N,) (-1 = outside the vocabulary), (N,) -> ()."""
+    return masked_mean(-logq, mask & (ids >= 0))
 
 
 def cross_entropy(student_logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
     """Cross-entropy on the teacher's tokens, mean over mask & (labels >= 0): (N, V_s), (N,), (N,) -> ()."""
-    return masked_mean(cross_entropy_per_position(student_logits, labels), mask & (labels >= 0))
+    return _mean_nll(student_logprobs(student_logits.float(), labels[:, None])[0].squeeze(-1), labels, mask)
 
 
 def combined_loss(
@@ -313,9 +312,9 @@ def combined_loss(
         bins = coarsen(z, topk_ids, topk_logprobs, student=(at[:, :k], rest))
         parts = {name: masked_mean(bin_divergence(name, *bins, jsd_beta=jsd_beta), mask) for name in divergences}
     if "ce" in active:
-        parts["ce"] = masked_mean(-at[:, -1], mask & (labels >= 0))
+        parts["ce"] = _mean_nll(at[:, -1], labels, mask)
     if "top1" in active:  # the top-k is stored most likely first
-        parts["top1"] = masked_mean(-at[:, 0], mask & (topk_ids[:, 0] >= 0))
+        parts["top1"] = _mean_nll(at[:, 0], topk_ids[:, 0], mask)
     parts = {name: parts[name] for name in active}
     total = sum(weights[name] * parts[name] for name in active)
     return total, {name: v.detach() for name, v in parts.items()}
