@@ -59,6 +59,7 @@ class TrainConfig:
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     warmup_steps: int = field(default=20, metadata={"help": "linear warm-up steps, then cosine decay"})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "the cosine decays to this fraction of --lr at --max-steps"})
     max_steps: int = field(default=300, metadata={"help": "optimizer steps"})
     batch_size: int = field(default=8, metadata={"help": "sequences per micro-batch per process"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
@@ -83,6 +84,8 @@ class TrainConfig:
             raise UserError(f"--report-to must be 'wandb' or 'none', got {self.report_to!r}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise UserError(f"--precision must be auto, bf16 or fp32, got {self.precision!r}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise UserError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
         for name in ("max_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
@@ -114,6 +117,15 @@ class Student(torch.nn.Module):
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         h = base.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
         return base.get_output_embeddings()(h.flatten(0, 1)[sel])  # (N, V_draft)
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """The learning rate of optimizer step `step` (0-based): linear warm-up, then cosine to min_lr_ratio x lr."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    t = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    floor = cfg.min_lr_ratio
+    return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -210,6 +222,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     train_ex = batches.make_examples(ds, cfg.max_seq_len)
     eval_ex = batches.make_examples(eval_ds, cfg.max_seq_len)
     eval_ex = eval_ex[: cfg.eval_rows] if cfg.eval_rows else eval_ex
+    eval_ex.sort(key=lambda e: len(e["input_ids"]))  # batches of similar length pad less; the proxy is a sum over rows
     if not train_ex:
         raise UserError(f"{cfg.data} has no rows with a response to train on")
     lengths = [len(e["input_ids"]) for e in train_ex]
@@ -227,12 +240,6 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
         ds_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.batch_size
         ds_plugin.deepspeed_config["gradient_clipping"] = cfg.grad_clip
     student, optimizer = accelerator.prepare(student, optimizer)
-
-    def lr_at(step: int) -> float:  # linear warm-up, then cosine to 10% of peak
-        if step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        t = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
-        return cfg.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(t, 1.0))))
 
     # --- resume
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -331,7 +338,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
         signal.signal(sig, on_signal)
     while step < cfg.max_steps:
         for g in optimizer.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = lr_at(cfg, step)
         step_loss, parts_sum = torch.zeros((), device=accelerator.device), {}
         for micro in range(cfg.grad_accum):
             b = batches.collate(batches.micro_batch(train_ex, order, step, cfg.grad_accum, world, rank, micro), t2d)
@@ -364,7 +371,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
         if step % cfg.log_every == 0 or step == cfg.max_steps:
             dt = time.perf_counter() - t0
             mean = {k: sum(w[k] for w in window) / len(window) for k in window[0]}  # over the logging window
-            metrics = {"train/loss": round(mean.pop("loss"), 5), "train/lr": lr_at(step - 1),
+            metrics = {"train/loss": round(mean.pop("loss"), 5), "train/lr": lr_at(cfg, step - 1),
                        "train/tokens_per_s": round(tokens_seen * world / dt, 1),
                        **{f"train/loss_{k}": round(v, 5) for k, v in mean.items()}}
             window = []

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from decode.errors import UserError
 from distill import checkpoints, losses
 from distill import config as configlib
-from distill.train import TrainConfig, main, train
+from distill.train import TrainConfig, lr_at, main, train
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("torch_single_thread")  # tiny models: one thread is faster on a busy box
@@ -126,6 +126,19 @@ def interrupted(tiny_collected, tmp_path_factory) -> Path:
 
 
 # --- a run: metrics, checkpoints, exports -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("floor", [0.1, 0.0])
+def test_lr_schedule(floor):
+    cfg = TrainConfig(lr=1e-2, warmup_steps=4, max_steps=104, min_lr_ratio=floor)
+    assert [lr_at(cfg, s) for s in range(4)] == pytest.approx([2.5e-3, 5e-3, 7.5e-3, 1e-2])  # linear warm-up
+    assert lr_at(cfg, 4) == pytest.approx(1e-2)  # the cosine starts at the peak
+    assert lr_at(cfg, 54) == pytest.approx(1e-2 * (1 + floor) / 2)  # halfway
+    assert lr_at(cfg, 104) == pytest.approx(1e-2 * floor)  # and ends at the floor
+    lrs = [lr_at(cfg, s) for s in range(4, 105)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    with pytest.raises(UserError, match="min-lr-ratio"):
+        TrainConfig(min_lr_ratio=1.5)
 
 
 def test_run_logs_metrics_and_writes_checkpoints(run_a, tiny_collected):
