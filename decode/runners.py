@@ -7,8 +7,9 @@ HFRunner works for any HF causal LM (DynamicCache). FastLlama is a lean forward 
 (llama, mistral, qwen2), in the spirit of gpt-fast: weights pre-transposed into (in, out) layout with q|k|v and
 gate|up fused into one matrix each (at batch 1 and 1-8 tokens, CPU GEMMs run markedly faster that way than
 HF's (out, in) nn.Linear), a preallocated KV cache whose rollback is a length change (no torch.cat, no copy),
-and no per-call mask or cache-object machinery. It computes the same function as the HF model; tests check
-its logits against HF's and its greedy output against `generate`.
+and no per-call mask or cache-object machinery. On an AVX-512 CPU in float32, forwards of 2-16 tokens (a
+verification) multiply with decode.smallgemm, which reads each weight once whatever the token count. It computes
+the same function as the HF model; tests check its logits against HF's and its greedy output against `generate`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.activations import ACT2FN
+
+from decode import smallgemm
 
 FAST_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -52,12 +55,20 @@ class StaticCache:
         return self.length
 
 
-def _fuse(*linears) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """nn.Linear layers sharing an input -> one (in, sum(out)) weight and the concatenated bias (or None)."""
-    w = torch.cat([lin.weight for lin in linears], 0).t().contiguous()
-    biases = [lin.bias for lin in linears]
-    b = torch.cat(biases).contiguous() if all(x is not None for x in biases) else None
-    return w, b
+class _Linear:
+    """y = x @ w + b with w in (in, out) layout; 2-16 rows go through decode.smallgemm where it is usable."""
+
+    def __init__(self, *linears, small_m: bool):
+        # nn.Linear layers sharing an input -> one (in, sum(out)) weight and the concatenated bias (or None)
+        self.w = torch.cat([lin.weight for lin in linears], 0).t().contiguous()
+        biases = [lin.bias for lin in linears]
+        self.b = torch.cat(biases).contiguous() if all(x is not None for x in biases) else None
+        self.packed = smallgemm.Packed(self.w) if small_m else None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x: (n, in) -> (n, out)
+        if self.packed is not None and smallgemm.MIN_ROWS <= x.shape[0] <= smallgemm.MAX_ROWS:
+            return self.packed(x, self.b)
+        return torch.addmm(self.b, x, self.w) if self.b is not None else x @ self.w
 
 
 class FastLlama:
@@ -83,17 +94,17 @@ class FastLlama:
         self.act = ACT2FN[c.hidden_act]
         self.embed = model.model.embed_tokens.weight
         self.rotary = model.model.rotary_emb
+        small_m = smallgemm.usable_for(model.lm_head.weight)
         self.layers = []
         for layer in model.model.layers:
             a, m = layer.self_attn, layer.mlp
-            qkv, qkv_b = _fuse(a.q_proj, a.k_proj, a.v_proj)
-            gate_up, gate_up_b = _fuse(m.gate_proj, m.up_proj)
-            o, o_b = _fuse(a.o_proj)
-            down, down_b = _fuse(m.down_proj)
-            self.layers.append((layer.input_layernorm.weight, qkv, qkv_b, o, o_b,
-                                layer.post_attention_layernorm.weight, gate_up, gate_up_b, down, down_b))
+            self.layers.append((
+                layer.input_layernorm.weight, _Linear(a.q_proj, a.k_proj, a.v_proj, small_m=small_m),
+                _Linear(a.o_proj, small_m=small_m), layer.post_attention_layernorm.weight,
+                _Linear(m.gate_proj, m.up_proj, small_m=small_m), _Linear(m.down_proj, small_m=small_m),
+            ))
         self.norm = model.model.norm.weight
-        self.head, self.head_b = _fuse(model.lm_head)
+        self.head = _Linear(model.lm_head, small_m=small_m)
         self._cos = self._sin = None
 
     def new_cache(self, max_len: int) -> StaticCache:
@@ -111,10 +122,6 @@ class FastLlama:
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return w * xf.to(x.dtype)
-
-    @staticmethod
-    def _lin(x, w, b):
-        return torch.addmm(b, x, w) if b is not None else x @ w
 
     @staticmethod
     def _rope(x, cos, sin):
@@ -135,9 +142,9 @@ class FastLlama:
         mask = None
         if n > 1:
             mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
-        for li, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, down_w, down_b) in enumerate(self.layers):
+        for li, (ln1, qkv_lin, o_lin, ln2, gate_up_lin, down_lin) in enumerate(self.layers):
             x = self._norm(h, ln1)
-            qkv = self._lin(x, qkv_w, qkv_b)  # (n, nq + 2 nkv)
+            qkv = qkv_lin(x)  # (n, nq + 2 nkv)
             q = qkv[:, :nq].view(n, self.n_heads, hd).transpose(0, 1)  # (heads, n, hd)
             k = qkv[:, nq:nq + nkv].view(n, self.n_kv, hd).transpose(0, 1)
             v = qkv[:, nq + nkv:].view(n, self.n_kv, hd).transpose(0, 1)
@@ -147,13 +154,13 @@ class FastLlama:
             att = F.scaled_dot_product_attention(
                 q[None], cache.k[li, :, :end][None], cache.v[li, :, :end][None], attn_mask=mask, enable_gqa=True
             )[0]  # (heads, n, hd)
-            h = h + self._lin(att.transpose(0, 1).reshape(n, nq), o_w, o_b)
+            h = h + o_lin(att.transpose(0, 1).reshape(n, nq))
             x = self._norm(h, ln2)
-            gu = self._lin(x, gu_w, gu_b)  # (n, 2 * intermediate)
+            gu = gate_up_lin(x)  # (n, 2 * intermediate)
             gate, up = gu.chunk(2, dim=-1)
-            h = h + self._lin(self.act(gate) * up, down_w, down_b)
+            h = h + down_lin(self.act(gate) * up)
         cache.length = end
-        return self._lin(self._norm(h[-keep:], self.norm), self.head, self.head_b)  # (keep, V)
+        return self.head(self._norm(h[-keep:], self.norm))  # (keep, V)
 
 
 def runner_for(model, fast: bool = True):

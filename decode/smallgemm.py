@@ -1,0 +1,71 @@
+"""The small-M CPU GEMM used to verify γ + 1 tokens at about the cost of one (decode/csrc/smallgemm.cpp).
+
+    kernel() -> the compiled module, or None where it cannot run (then FastLlama uses torch's matmul)
+    Packed(w_io)(x, bias) -> x @ w_io (+ bias), x: (M, K) with MIN_ROWS <= M <= MAX_ROWS
+
+On a CPU, MKL's GEMM at M = 2..16 repacks the whole weight on every call, so a verification forward cost
+1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.costmodel); this kernel reads each
+weight once per call. It is compiled on first use with torch's C++ extension loader (g++ with AVX-512 needed,
+~1 min once, cached in TORCH_EXTENSIONS_DIR) and is used only for float32 weights on an AVX-512 CPU.
+SPECDISTILL_SMALLGEMM=0 turns it off (to compare, or where no compiler is installed).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+MIN_ROWS, MAX_ROWS = 2, 16  # one row: MKL's GEMV is faster; more than 16 (a prompt): MKL's GEMM is
+SOURCE = Path(__file__).parent / "csrc" / "smallgemm.cpp"
+
+
+def _cpu_has_avx512() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512f" in flags
+
+
+@functools.cache
+def kernel():
+    """The compiled extension, or None (off by SPECDISTILL_SMALLGEMM=0, no AVX-512, or the build failed: warned)."""
+    if os.environ.get("SPECDISTILL_SMALLGEMM", "1") == "0" or not _cpu_has_avx512():
+        return None
+    try:
+        from torch.utils.cpp_extension import load
+
+        return load(
+            "specdistill_smallgemm_avx512",
+            [str(SOURCE)],
+            extra_cflags=["-O3", "-mavx512f", "-mfma", "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
+        )
+    except Exception as e:  # no compiler, no ninja, ...: decoding still works, with torch's matmul
+        warnings.warn(
+            f"specdistill: the small-M GEMM kernel did not build ({type(e).__name__}: {str(e)[:200]}); "
+            "verification uses torch's matmul (slower on CPU). Install g++ and ninja, or set "
+            "SPECDISTILL_SMALLGEMM=0 to silence this.",
+            stacklevel=2,
+        )
+        return None
+
+
+class Packed:
+    """One (in, out) float32 weight packed for the kernel; call with M rows of input."""
+
+    def __init__(self, w_io: torch.Tensor):
+        self.n_out = w_io.shape[1]
+        self.blocks = kernel().pack(w_io.contiguous())  # (ceil(N / 64), K, 64)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return kernel().mm(x.contiguous(), self.blocks, self.n_out, bias)
+
+
+def usable_for(weight: torch.Tensor) -> bool:
+    """Whether weights like this one can use the kernel: float32 on the CPU, and the kernel builds."""
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and kernel() is not None

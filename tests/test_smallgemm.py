@@ -1,0 +1,59 @@
+"""decode.smallgemm: the small-M verification GEMM equals torch's matmul, and a row's result does not depend on
+how many rows share the call (so a verified token's logits match whatever γ was)."""
+
+import pytest
+import torch
+
+from decode import smallgemm
+from decode.runners import FastLlama
+
+pytestmark = pytest.mark.skipif(smallgemm.kernel() is None, reason="needs an AVX-512 CPU and g++ (decode.smallgemm)")
+
+
+@pytest.mark.parametrize("k,n", [(576, 960), (33, 100), (744, 8192), (17, 64), (40, 1)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matches_torch_matmul(k, n, bias):
+    g = torch.Generator().manual_seed(k + n)
+    w = torch.randn(k, n, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    packed = smallgemm.Packed(w)
+    for m in range(smallgemm.MIN_ROWS, smallgemm.MAX_ROWS + 1):
+        x = torch.randn(m, k, generator=g)
+        want = x @ w + (b if bias else 0)
+        got = packed(x, b)
+        assert got.shape == (m, n)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * k ** 0.5)
+
+
+def test_rows_do_not_depend_on_the_row_count():
+    g = torch.Generator().manual_seed(0)
+    w, b = torch.randn(96, 200, generator=g), torch.randn(200, generator=g)
+    x = torch.randn(smallgemm.MAX_ROWS, 96, generator=g)
+    packed = smallgemm.Packed(w)
+    full = packed(x, b)
+    for m in range(smallgemm.MIN_ROWS, smallgemm.MAX_ROWS):
+        assert torch.equal(packed(x[:m], b), full[:m])  # bitwise: same accumulation order per row
+        assert torch.equal(packed(x[-m:], b), full[-m:])
+
+
+def test_fastllama_verifies_with_it_and_matches_hf(tiny_llama):
+    model = tiny_llama(0)
+    runner = FastLlama(model)
+    assert runner.head.packed is not None  # float32 on an AVX-512 CPU: the kernel is in use
+    ids = torch.randint(0, model.config.vocab_size, (12,)).tolist()
+    cache = runner.new_cache(32)
+    runner.forward(ids[:8], cache, 1)
+    got = runner.forward(ids[8:], cache, 4)  # 4 new tokens: the small-M path
+    with torch.no_grad():
+        want = model(torch.tensor([ids])).logits[0, 8:]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_off_switch(monkeypatch):
+    smallgemm.kernel.cache_clear()
+    monkeypatch.setenv("SPECDISTILL_SMALLGEMM", "0")
+    try:
+        assert smallgemm.kernel() is None
+        assert not smallgemm.usable_for(torch.zeros(2, 2))
+    finally:
+        smallgemm.kernel.cache_clear()
