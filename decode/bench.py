@@ -42,6 +42,8 @@ class BenchConfig:
     schedule: str = "constant"
     lookup: int = 0  # also propose from the context when its last N tokens occurred before (0 = off)
     lookup_tokens: int = 0  # tokens per lookup proposal (0 = γ)
+    candidates: int = 1  # the draft's top-K verified at the first drafted position (greedy; decode.speculative)
+    draft_half: bool = False  # the draft's weights stored as float16 on CPU (decode.smallgemm; about half a draft step)
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -61,6 +63,10 @@ class BenchConfig:
             raise UserError(f"--lookup must be >= 0 (context n-gram length; 0 = off), got {self.lookup}")
         if self.max_new_tokens < 1:
             raise UserError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.candidates < 1:
+            raise UserError(f"--candidates must be >= 1 (1 = a plain chain), got {self.candidates}")
+        if self.candidates > 1 and self.temperature > 0:
+            raise UserError("--candidates > 1 is for greedy decoding: use --temperature 0 or --candidates 1")
         SamplingParams(self.temperature, self.top_k, self.top_p)  # validates
 
 
@@ -141,10 +147,11 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
         # no draft but a lookup: prompt-lookup decoding on its own
         return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, cfg.gamma,
                         cfg.schedule, sampling, eos, vocab_map=draft.vocab_map if draft is not None else None,
-                        generator=gen, lookup=cfg.lookup, lookup_tokens=cfg.lookup_tokens)
+                        generator=gen, lookup=cfg.lookup, lookup_tokens=cfg.lookup_tokens, candidates=cfg.candidates,
+                        draft_half=cfg.draft_half)
 
-    # plain transformers cannot use a reduced-vocab draft
-    do_hf = [hf and d.vocab_map is None for d, _, hf in runs]
+    # plain transformers cannot use a reduced-vocab draft, and verifies one candidate per position
+    do_hf = [hf and d.vocab_map is None and c.candidates == 1 for d, c, hf in runs]
 
     # --- warm-up: every path once, not timed
     ours(None, encoded[0], None, 0)
@@ -179,6 +186,7 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
                 a["hf"]["matches_target"] += int(y == ref)
             if log:
                 lookup = f" lookup {cfg.lookup}" if cfg.lookup else ""
+                lookup += f" top-{cfg.candidates}" if cfg.candidates > 1 else ""
                 log(f"[{i + 1}/{len(rows)}] {row['id']} {cfg.draft} γ={cfg.gamma}{lookup}: {len(out)} tokens, "
                     f"accepted {s1.accepted}/{s1.proposed}")
 
@@ -186,11 +194,12 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     results, lat_cache = [], {}
     b = base.as_dict()
     for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
-        if id(draft) not in lat_cache:
-            gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma for d, c, _ in runs if d is draft)})
-            lat_cache[id(draft)] = latency.measure(target, draft.model, gammas)
-        results.append(_entry(cfg, device, target, len(rows), b, base_cat, a, hf_on, lat_cache[id(draft)],
-                              sampling.greedy))
+        key = (id(draft), cfg.draft_half)
+        if key not in lat_cache:
+            # v at every verification size these runs use: γ + candidates - 1 tokens after the last one
+            gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma + c.candidates - 1 for d, c, _ in runs if d is draft)})
+            lat_cache[key] = latency.measure(target, draft.model, gammas, draft_half=cfg.draft_half)
+        results.append(_entry(cfg, device, target, len(rows), b, base_cat, a, hf_on, lat_cache[key], sampling.greedy))
     return results
 
 
@@ -214,11 +223,13 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
         }
 
     def predict(c: float, vs: dict[int, float]) -> float:
-        """The cost model's speedup for this run's α (and lookup rounds) at draft cost c and verify costs vs."""
+        """The cost model's speedup for this run's α (and lookup rounds) at draft cost c and verify costs vs.
+        A draft round verifies γ + candidates - 1 tokens after the last one (siblings of d_1 included)."""
+        v_draft = vs[cfg.gamma + cfg.candidates - 1]
         if lookup_model:
             return costmodel.speedup_with_lookup(p, cfg.gamma, c, vs, lookup_model["share"], lookup_model["alpha_iid"],
-                                                 lookup_model["tokens"])
-        return costmodel.speedup(p, cfg.gamma, c, vs[cfg.gamma])
+                                                 lookup_model["tokens"], v_draft=v_draft)
+        return costmodel.speedup(p, cfg.gamma, c, v_draft)
 
     s = spec.as_dict()
     speedup = (spec.new_tokens / spec.seconds) / (b["tokens"] / b["seconds"])
@@ -238,6 +249,8 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
         "schedule": cfg.schedule,
         "lookup": cfg.lookup,
         "lookup_tokens": cfg.lookup_tokens,
+        "candidates": cfg.candidates,
+        "draft_half": cfg.draft_half,
         "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s")},
         "speculative": s,
         "hf_assisted": (

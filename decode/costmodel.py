@@ -40,16 +40,17 @@ def speedup(alpha: float, gamma: int, c: float, v: float) -> float:
 
 
 def speedup_with_lookup(alpha: float, gamma: int, c: float, v: dict[int, float], lookup_share: float,
-                        lookup_alpha: float, lookup_len: float) -> float:
+                        lookup_alpha: float, lookup_len: float, v_draft: float | None = None) -> float:
     """Predicted speedup when a share of rounds proposes from context lookup (decode.lookup) instead of the draft.
 
     A lookup round proposes lookup_len tokens (the mean; v at the nearest measured γ) with no draft forward, accepted
     i.i.d. with lookup_alpha; a draft round is the plain model. Per round on average:
         tokens = f·τ(α_l, g_l) + (1 − f)·τ(α, γ),   time = f·v(g_l) + (1 − f)·(γ·c + v(γ))   (f = lookup_share)
+    v_draft replaces v(γ) for a draft round that verifies more than γ + 1 tokens (siblings of d_1).
     """
     g_l = min(v, key=lambda g: abs(g - lookup_len))
     tokens = lookup_share * tau(lookup_alpha, g_l) + (1 - lookup_share) * tau(alpha, gamma)
-    time = lookup_share * v[g_l] + (1 - lookup_share) * (gamma * c + v[gamma])
+    time = lookup_share * v[g_l] + (1 - lookup_share) * (gamma * c + (v[gamma] if v_draft is None else v_draft))
     return tokens / time
 
 

@@ -2,6 +2,8 @@
 
     runner.new_cache(max_len) -> cache          cache.crop(-n) drops the last n positions
     runner.forward(ids, cache, keep) -> (keep, V) logits
+    runner.forward(ids, cache, keep, siblings=s)   FastLlama only (runner.tree): the last s ids are alternatives
+                                                   to ids[1] (a token tree verified in one forward; decode.speculative)
 
 HFRunner works for any HF causal LM (DynamicCache). FastLlama is a lean forward for llama-family models
 (llama, mistral, qwen2), in the spirit of gpt-fast: weights pre-transposed into (in, out) layout with q|k|v and
@@ -25,6 +27,8 @@ FAST_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
 
 class HFRunner:
+    tree = False  # no sibling tokens in one forward (FastLlama has them)
+
     def __init__(self, model):
         self.model, self.config, self.device = model, model.config, model.device
 
@@ -54,25 +58,35 @@ class StaticCache:
     def get_seq_length(self) -> int:
         return self.length
 
+    def move(self, src: int, dst: int) -> None:
+        """Copy position src's K/V (every layer) to position dst: an accepted sibling takes its chain slot."""
+        self.k[:, :, dst] = self.k[:, :, src]
+        self.v[:, :, dst] = self.v[:, :, src]
+
 
 class _Linear:
-    """y = x @ w + b with w in (in, out) layout; 2-16 rows go through decode.smallgemm where it is usable."""
+    """y = x @ w + b with w in (in, out) layout; 2-16 rows go through decode.smallgemm where it is usable.
 
-    def __init__(self, *linears, small_m: bool):
+    half: 1-16 rows multiply float16-stored weights (decode.smallgemm; drafts only: it rounds the weights)."""
+
+    def __init__(self, *linears, small_m: bool, half: bool = False):
         # nn.Linear layers sharing an input -> one (in, sum(out)) weight and the concatenated bias (or None)
         self.w = torch.cat([lin.weight for lin in linears], 0).t().contiguous()
         biases = [lin.bias for lin in linears]
         self.b = torch.cat(biases).contiguous() if all(x is not None for x in biases) else None
-        self.packed = smallgemm.Packed(self.w) if small_m else None
+        self.packed = smallgemm.Packed(self.w, half) if small_m else None
+        self.min_rows = 1 if half else smallgemm.MIN_ROWS
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x: (n, in) -> (n, out)
-        if self.packed is not None and smallgemm.MIN_ROWS <= x.shape[0] <= smallgemm.MAX_ROWS:
+        if self.packed is not None and self.min_rows <= x.shape[0] <= smallgemm.MAX_ROWS:
             return self.packed(x, self.b)
         return torch.addmm(self.b, x, self.w) if self.b is not None else x @ self.w
 
 
 class FastLlama:
     """Lean batch-1 forward for llama-family HF models (weights are copied; rebuild after training steps)."""
+
+    tree = True  # forward(..., siblings=s) verifies alternatives to the first drafted token in the same pass
 
     @staticmethod
     def supports(model) -> bool:
@@ -85,7 +99,9 @@ class FastLlama:
         return m is not None and hasattr(m, "layers") and hasattr(m, "rotary_emb")
 
     @torch.no_grad()
-    def __init__(self, model):
+    def __init__(self, model, half: bool = False):
+        """half: keep the weights as float16 for forwards of up to 16 tokens (decode.smallgemm; a draft's
+        numerics only move its acceptance, and its step is memory-bound). Ignored where the kernel is not usable."""
         c = self.config = model.config
         self.device, self.dtype = model.device, model.dtype
         self.n_heads, self.n_kv = c.num_attention_heads, c.num_key_value_heads
@@ -95,16 +111,18 @@ class FastLlama:
         self.embed = model.model.embed_tokens.weight
         self.rotary = model.model.rotary_emb
         small_m = smallgemm.usable_for(model.lm_head.weight)
+        self.half = half = half and small_m
         self.layers = []
         for layer in model.model.layers:
             a, m = layer.self_attn, layer.mlp
             self.layers.append((
-                layer.input_layernorm.weight, _Linear(a.q_proj, a.k_proj, a.v_proj, small_m=small_m),
-                _Linear(a.o_proj, small_m=small_m), layer.post_attention_layernorm.weight,
-                _Linear(m.gate_proj, m.up_proj, small_m=small_m), _Linear(m.down_proj, small_m=small_m),
+                layer.input_layernorm.weight, _Linear(a.q_proj, a.k_proj, a.v_proj, small_m=small_m, half=half),
+                _Linear(a.o_proj, small_m=small_m, half=half), layer.post_attention_layernorm.weight,
+                _Linear(m.gate_proj, m.up_proj, small_m=small_m, half=half),
+                _Linear(m.down_proj, small_m=small_m, half=half),
             ))
         self.norm = model.model.norm.weight
-        self.head = _Linear(model.lm_head, small_m=small_m)
+        self.head = _Linear(model.lm_head, small_m=small_m, half=half)
         self._cos = self._sin = None
 
     def new_cache(self, max_len: int) -> StaticCache:
@@ -130,18 +148,34 @@ class FastLlama:
         return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
     @torch.no_grad()
-    def forward(self, ids: list[int], cache: StaticCache, keep: int) -> torch.Tensor:
+    def forward(self, ids: list[int], cache: StaticCache, keep: int, siblings: int = 0) -> torch.Tensor:
+        """Logits (keep, V) for the last `keep` of ids, after the cached positions.
+
+        siblings = s > 0: ids = [x, d_1..d_g, s_1..s_s], where each s_j is an alternative to d_1: it sits at
+        d_1's position and sees the cache and x only. Their K/V land after d_g's (StaticCache.move puts an
+        accepted one in place).
+        """
         n, start = len(ids), cache.length
         end = start + n
         if end > cache.k.shape[2]:
             raise ValueError(f"KV cache holds {cache.k.shape[2]} positions; {end} needed")
+        if siblings and not 0 < siblings <= n - 2:
+            raise ValueError(f"siblings={siblings} needs x and a first draft before them ({n} ids)")
         h = self.embed[torch.tensor(ids, device=self.device)]  # (n, hidden)
-        cos, sin = self._cos[start:end], self._sin[start:end]
-        nq, nkv, hd = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
         # causal mask over [cache | new]: new token i sees cache and new tokens 0..i
         mask = None
         if n > 1:
             mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
+        if siblings:
+            chain = n - siblings
+            pos = torch.cat([torch.arange(start, start + chain), torch.full((siblings,), start + 1)]).to(self.device)
+            cos, sin = self._cos[pos], self._sin[pos]
+            mask[chain:, start + 1:] = False  # a sibling sees cache + x ...
+            rows = torch.arange(chain, n, device=self.device)
+            mask[rows, start + rows] = True  # ... and itself
+        else:
+            cos, sin = self._cos[start:end], self._sin[start:end]
+        nq, nkv, hd = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
         for li, (ln1, qkv_lin, o_lin, ln2, gate_up_lin, down_lin) in enumerate(self.layers):
             x = self._norm(h, ln1)
             qkv = qkv_lin(x)  # (n, nq + 2 nkv)
@@ -163,8 +197,9 @@ class FastLlama:
         return self.head(self._norm(h[-keep:], self.norm))  # (keep, V)
 
 
-def runner_for(model, fast: bool = True):
+def runner_for(model, fast: bool = True, half: bool = False):
     """The fastest runner that computes this model exactly: FastLlama when supported, else HFRunner.
+    half: FastLlama with float16-stored weights (drafts; see FastLlama) where the kernel is usable.
 
     FastLlama copies the weights, so it is built once and kept on the model, and rebuilt only when a weight
     has changed since (a training step bumps the parameters' version counters).
@@ -173,9 +208,9 @@ def runner_for(model, fast: bool = True):
         return model
     if not (fast and FastLlama.supports(model)):
         return HFRunner(model)
-    key = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    key = (half, *((p.data_ptr(), p._version) for p in model.parameters()))
     cached = getattr(model, "_specdistill_fast", None)
     if cached is None or cached[0] != key:
-        cached = (key, FastLlama(model))
+        cached = (key, FastLlama(model, half))
         model._specdistill_fast = cached
     return cached[1]

@@ -2,6 +2,7 @@
 
     kernel() -> the compiled module, or None where it cannot run (then FastLlama uses torch's matmul)
     Packed(w_io)(x, bias) -> x @ w_io (+ bias), x: (M, K) with MIN_ROWS <= M <= MAX_ROWS
+    Packed(w_io, half=True)  the weight stored as float16 (float32 math): for drafts, at any M up to MAX_ROWS
 
 On a CPU, MKL's GEMM at M = 2..16 repacks the whole weight on every call, so a verification forward cost
 1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.costmodel); this kernel reads each
@@ -58,9 +59,9 @@ def kernel():
 class Packed:
     """One (in, out) float32 weight packed for the kernel; call with M rows of input."""
 
-    def __init__(self, w_io: torch.Tensor):
+    def __init__(self, w_io: torch.Tensor, half: bool = False):
         self.n_out = w_io.shape[1]
-        self.blocks = kernel().pack(w_io.contiguous())  # (ceil(N / 64), K, 64)
+        self.blocks = kernel().pack(w_io.contiguous(), half)  # (ceil(N / 64), K, 64), float32 or float16
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         return kernel().mm(x.contiguous(), self.blocks, self.n_out, bias)

@@ -12,6 +12,11 @@ Emitted per round: d_1..d_n plus next (n + 1 tokens for one target forward). γ 
 With `lookup`, a round first looks for the context's suffix earlier in the context (decode.lookup) and
 proposes what followed it; the draft runs only when there is no match. A lookup proposal is a draft whose
 q is one-hot, so the same accept rule keeps the output exact, greedy or sampled.
+With `candidates` K > 1 (greedy, FastLlama target), the draft's next K - 1 best tokens at the first drafted
+position are verified in the same target forward as siblings of d_1 (a token tree): when the target's token
+there is one of them, it is accepted with the target's next token after it (2 tokens), as when d_1 is
+accepted with γ = 1. On a CPU, where verifying a few more tokens costs little (decode.smallgemm), this lifts
+the tokens per round for the price of K - 1 more verified tokens.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import torch
 
 from decode.errors import UserError
 from decode.lookup import continuation
-from decode.runners import runner_for
+from decode.runners import FAST_MODEL_TYPES, runner_for
 from decode.sampling import SamplingParams, logits_to_probs, sample
 
 SCHEDULES = ("constant", "heuristic", "dynamic")
@@ -50,6 +55,7 @@ class Stats:
     lookup_proposed: int = 0
     lookup_accepted: int = 0
     lookup_full: int = 0
+    sibling_accepted: int = 0  # of `accepted`: rounds whose first position was a sibling (candidates > 1)
 
     @property
     def acceptance_rate(self) -> float:
@@ -63,7 +69,7 @@ class Stats:
     def __iadd__(self, other: Stats) -> Stats:
         for name in ("new_tokens", "rounds", "proposed", "accepted", "target_forwards", "draft_forwards",
                      "target_seconds", "draft_seconds", "seconds", "full_rounds", "lookup_rounds", "lookup_proposed",
-                     "lookup_accepted", "lookup_full"):
+                     "lookup_accepted", "lookup_full", "sibling_accepted"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         h = self.accept_histogram
         h.extend([0] * (len(other.accept_histogram) - len(h)))
@@ -87,6 +93,7 @@ class Stats:
             "draft_seconds": round(self.draft_seconds, 4),
             "accept_histogram": list(self.accept_histogram),
             "full_rounds": self.full_rounds,
+            "sibling_accepted": self.sibling_accepted,
             "lookup": {"rounds": self.lookup_rounds, "proposed": self.lookup_proposed,
                        "accepted": self.lookup_accepted, "full_rounds": self.lookup_full},
         }
@@ -129,17 +136,22 @@ def _sync(device: torch.device) -> None:
 
 
 def propose(draft, cache, pending: list[int], gamma: int, sampling: SamplingParams, vocab: DraftVocab,
-            confidence: float, generator, stats: Stats) -> tuple[list[int], torch.Tensor | None]:
+            confidence: float, generator, stats: Stats,
+            candidates: int = 1) -> tuple[list[int], torch.Tensor | None, list[int]]:
     """Run the draft up to γ steps. `pending`: target ids not yet in the draft cache (1, or 2 after a full accept).
 
-    Returns proposals (target ids) and, when sampling, their draft distributions q (g, V_target).
+    Returns proposals (target ids), when sampling their draft distributions q (g, V_target), and (greedy,
+    candidates > 1) the draft's next candidates - 1 best tokens at the first position (siblings of d_1).
     The last proposal is never fed back, so the draft cache ends holding pending + d_1..d_{g-1}.
     """
-    tokens, qs, inp = [], [], pending
+    tokens, qs, inp, siblings = [], [], pending, []
     t0 = time.perf_counter()
     for _ in range(gamma):
         logits = draft.forward(vocab.to_draft(inp), cache, 1)[-1]  # (V_draft,)
         if sampling.greedy:
+            if candidates > 1 and not tokens:
+                top = logits.topk(min(candidates, logits.shape[-1])).indices.tolist()
+                siblings = [vocab.to_target(i) for i in top[1:]]
             j = int(logits.argmax())
             conf = float(torch.softmax(logits.float(), -1)[j]) if confidence else 1.0
         else:
@@ -154,13 +166,16 @@ def propose(draft, cache, pending: list[int], gamma: int, sampling: SamplingPara
     _sync(draft.device)
     stats.draft_seconds += time.perf_counter() - t0
     stats.draft_forwards += len(tokens)
-    return tokens, (torch.stack(qs) if qs else None)
+    return tokens, (torch.stack(qs) if qs else None), siblings
 
 
-def verify(target, cache, last: int, proposals: list[int], stats: Stats) -> torch.Tensor:
-    """One target forward over [last, d_1..d_g]: logits (g+1, V) predicting d_1..d_g and the token after."""
+def verify(target, cache, last: int, proposals: list[int], stats: Stats, siblings: list[int] = ()) -> torch.Tensor:
+    """One target forward over [last, d_1..d_g] (+ siblings of d_1): logits (g+1 (+s), V) predicting d_1..d_g
+    and the token after (then, per sibling, the token after it)."""
     t0 = time.perf_counter()
-    logits = target.forward([last] + proposals, cache, len(proposals) + 1)
+    ids = [last] + proposals + list(siblings)
+    logits = (target.forward(ids, cache, len(ids), siblings=len(siblings)) if siblings
+              else target.forward(ids, cache, len(ids)))
     _sync(target.device)
     stats.target_seconds += time.perf_counter() - t0
     stats.target_forwards += 1
@@ -226,12 +241,16 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
              eos_token_ids: tuple[int, ...] = (), stop_strings: tuple[str, ...] = (), tokenizer=None,
              vocab_map: torch.Tensor | None = None, confidence: float = DEFAULT_CONFIDENCE,
              generator: torch.Generator | None = None, lookup: int = 0,
-             lookup_tokens: int = 0) -> tuple[list[int], Stats]:
+             lookup_tokens: int = 0, candidates: int = 1, draft_half: bool = False) -> tuple[list[int], Stats]:
     """Generate up to max_new_tokens after prompt_ids. gamma=0, or draft=None without lookup, runs the target alone.
 
     lookup: propose from the context when its last `lookup` (or more) tokens occurred before (0 = off);
     with draft=None that is prompt-lookup decoding on its own. lookup_tokens: how many tokens a lookup proposes
     (0 = γ); they cost no draft forward, so more than γ usually pays.
+    candidates: the draft's top-K tokens at the first drafted position are all verified (K - 1 siblings of d_1
+    in the same target forward; greedy only, and the target must run on FastLlama; 1 = a plain chain).
+    draft_half: run a llama-family draft with float16-stored weights on a CPU (decode.smallgemm): about half the
+    draft step, slightly different draft numerics (acceptance may move; the output stays the target's).
 
     target/draft: HF causal LMs or runners (decode.runners); llama-family models run on the lean FastLlama path.
     Returns the new token ids (ending with EOS if one was produced) and the call's Stats.
@@ -242,10 +261,18 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
         raise UserError("stop_strings need the tokenizer to decode text")
     if lookup < 0:
         raise UserError(f"lookup must be >= 0 (n-gram length matched in the context; 0 = off), got {lookup}")
+    if candidates < 1:
+        raise UserError(f"candidates must be >= 1 (the draft's top-K verified at the first position), got {candidates}")
+    if candidates > 1 and not sampling.greedy:
+        raise UserError("candidates > 1 is for greedy decoding (temperature 0); sampled verification of several "
+                        "candidates is not implemented: use candidates=1")
     if draft is None and not lookup:
         gamma = 0
     sched = Schedule(schedule, gamma, confidence)
     target = runner_for(target)
+    if candidates > 1 and not target.tree:
+        raise UserError(f"candidates > 1 needs the lean FastLlama target runner ({', '.join(FAST_MODEL_TYPES)} models "
+                        "without sliding windows); this target runs on HFRunner: use candidates=1")
     max_len = len(prompt_ids) + max_new_tokens + sched.max_gamma + 2
     stats = Stats()
     start = time.perf_counter()
@@ -262,7 +289,7 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
 
     vocab = DraftVocab(vocab_map, logits.shape[-1])
     if gamma and draft is not None:
-        draft = runner_for(draft)
+        draft = runner_for(draft, half=draft_half)
         d_cache = draft.new_cache(max_len)
         t0 = time.perf_counter()
         draft.forward(vocab.to_draft(prompt_ids), d_cache, 1)
@@ -275,7 +302,7 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
     while not done:
         # --- propose (never past max_new_tokens: the round's own next token is the +1)
         g = min(sched.gamma, max_new_tokens - len(out) - 1) if gamma else 0
-        proposals, q, looked = [], None, False
+        proposals, q, looked, siblings = [], None, False, []
         if g > 0 and lookup:
             proposals = continuation(prompt_ids + out, lookup, min(max(lookup_tokens, g), max_new_tokens - len(out) - 1))
             looked = bool(proposals)
@@ -283,14 +310,21 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
                 q = torch.zeros(len(proposals), logits.shape[-1], device=logits.device)
                 q[torch.arange(len(proposals)), torch.tensor(proposals)] = 1.0
         if g > 0 and not looked and draft is not None:
-            proposals, q = propose(draft, d_cache, pending, g, sampling, vocab, sched.confidence, generator, stats)
+            proposals, q, siblings = propose(draft, d_cache, pending, g, sampling, vocab, sched.confidence, generator,
+                                             stats, candidates)
         g = len(proposals)
         # --- verify + accept
-        logits = verify(target, t_cache, out[-1], proposals, stats)
-        n, nxt = accept(proposals, logits, sampling, q, generator)
+        logits = verify(target, t_cache, out[-1], proposals, stats, siblings)
+        n, nxt = accept(proposals, logits[:g + 1], sampling, q, generator)
+        sib = None
+        if siblings and n == 0 and nxt in siblings:  # the target's token is a sibling of d_1: accept it too
+            j = siblings.index(nxt)
+            sib, nxt = nxt, int(logits[g + 1 + j].argmax())
+            t_cache.move(t_cache.length - len(siblings) + j, t_cache.length - g - len(siblings))
         # --- roll back the rejected tail: the target cache now holds everything but `nxt`
-        if g - n:
-            t_cache.crop(-(g - n))
+        drop = g - n + len(siblings) - (sib is not None)
+        if drop:
+            t_cache.crop(-drop)
         if gamma and draft is not None:
             if g == 0 or looked:  # the draft did not run: everything emitted is new to it
                 pending = pending + proposals[:n] + [nxt]
@@ -299,7 +333,10 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
             else:
                 if g - 1 - n:
                     d_cache.crop(-(g - 1 - n))
-                pending = [nxt]
+                pending = [nxt] if sib is None else [sib, nxt]
+        if sib is not None:  # from here on the round reads as d_1 = sib accepted (n = 1)
+            proposals, n = [sib], 1
+            stats.sibling_accepted += 1
         # --- bookkeeping and stop conditions
         stats.rounds += 1
         stats.proposed += g

@@ -41,6 +41,10 @@ class EvalConfig:
     lookup: int | list = field(default=0, metadata={"help": "decoder's context lookup: n-gram length (0 = off), or a list "
                                                            "to compare, e.g. [0, 2] (decode.lookup)"})
     lookup_tokens: int = field(default=4, metadata={"help": "tokens per lookup proposal"})
+    candidates: int | list = field(default=1, metadata={"help": "the draft's top-K verified at the first drafted position "
+                                                              "(greedy), or a list to compare, e.g. [1, 4]"})
+    draft_half: bool = field(default=False, metadata={"help": "drafts run with float16-stored weights on CPU "
+                                                             "(decode.smallgemm: about half a draft step)"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
     schedule: str = field(default="constant", metadata={"help": "constant | heuristic | dynamic"})
     output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
@@ -59,6 +63,10 @@ class EvalConfig:
             raise UserError(f"--checkpoints must be 'all' or 'last', got {self.checkpoints!r}")
         if min(self.lookups()) < 0:
             raise UserError(f"--lookup must be >= 0 (context n-gram length; 0 = off), got {self.lookup}")
+        if min(self.candidate_counts()) < 1:
+            raise UserError(f"--candidates must be >= 1 (1 = a plain chain), got {self.candidates}")
+        if max(self.candidate_counts()) > 1 and self.temperature > 0:
+            raise UserError("--candidates > 1 is for greedy decoding: use --temperature 0 or --candidates 1")
         if not self.run and not self.drafts:
             raise UserError("give --run RUN_DIR (every checkpoint) or --drafts D1 D2 ...")
 
@@ -67,6 +75,9 @@ class EvalConfig:
 
     def lookups(self) -> list[int]:
         return [int(n) for n in (self.lookup if isinstance(self.lookup, list) else [self.lookup])] or [0]
+
+    def candidate_counts(self) -> list[int]:
+        return [int(k) for k in (self.candidates if isinstance(self.candidates, list) else [self.candidates])] or [1]
 
 
 def drafts_of_run(run: Path) -> list[tuple[str, int]]:
@@ -80,12 +91,13 @@ def _meta(spec: str) -> dict:
     return json.loads(p.read_text()) if p.is_file() else {}
 
 
-def _label(spec: str, step: int | None, lookup: int = 0) -> str:
+def _label(spec: str, step: int | None, lookup: int = 0, candidates: int = 1) -> str:
     if spec.startswith("layers:"):
         name = f"untrained {spec}"
     else:
         p = Path(spec)
         name = f"step {step}" if step is not None else (p.parent.name if p.name == "hf" else p.name)
+    name += f" top-{candidates}" if candidates > 1 else ""
     return f"{name} + lookup {lookup}" if lookup else name
 
 
@@ -153,23 +165,26 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
         # likewise the decoder's context lookup: every setting for the main drafts, the first for the rest;
         # transformers' assisted generation has no lookup, so it runs next to the first setting only
         main = not spec.startswith("layers:") and (step is None or step == newest)
-        lookups = cfg.lookups()
-        for n in lookups if main else lookups[:1]:
-            for g in gammas if main else gammas[:1]:
-                bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
-                                   max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
-                                   lookup_tokens=cfg.lookup_tokens, temperature=cfg.temperature, seed=cfg.seed,
-                                   device=cfg.device, dtype=cfg.dtype)
-                runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0]))
-                labels.append((spec, step, n))
+        # and the top-K candidates: every count for the main drafts, the first for the rest
+        lookups, counts = cfg.lookups(), cfg.candidate_counts()
+        for k in counts if main else counts[:1]:
+            for n in lookups if main else lookups[:1]:
+                for g in gammas if main else gammas[:1]:
+                    bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
+                                       max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
+                                       lookup_tokens=cfg.lookup_tokens, candidates=k, draft_half=cfg.draft_half,
+                                       temperature=cfg.temperature,
+                                       seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
+                    runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0] and k == 1))
+                    labels.append((spec, step, n, k))
     entries = []
     if runs:
         print(f"evaluating {len(runs)} draft x γ runs on {len(rows)} prompts (one shared target-alone baseline)",
               file=sys.stderr)
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        for e, (spec, step, n) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
+        for e, (spec, step, n, k) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
             meta = _meta(spec)
-            e.update(label=_label(spec, step, n), step=step if step is not None else meta.get("step"),
+            e.update(label=_label(spec, step, n, k), step=step if step is not None else meta.get("step"),
                      design=meta.get("design"), trained=not spec.startswith("layers:"))
             entries.append(e)
     del runs

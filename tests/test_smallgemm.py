@@ -57,3 +57,24 @@ def test_off_switch(monkeypatch):
         assert not smallgemm.usable_for(torch.zeros(2, 2))
     finally:
         smallgemm.kernel.cache_clear()
+
+
+def test_half_weights_match_float16_rounded_matmul():
+    g = torch.Generator().manual_seed(1)
+    w, b = torch.randn(80, 130, generator=g), torch.randn(130, generator=g)
+    packed = smallgemm.Packed(w, half=True)
+    w16 = w.half().float()  # what the kernel multiplies by: the weight rounded to float16
+    for m in range(1, smallgemm.MAX_ROWS + 1):
+        x = torch.randn(m, 80, generator=g)
+        torch.testing.assert_close(packed(x, b), x @ w16 + b, rtol=1e-4, atol=1e-3)
+
+
+def test_half_runner_is_close_to_the_exact_one(tiny_llama):
+    model = tiny_llama(0)
+    exact, half = FastLlama(model), FastLlama(model, half=True)
+    assert half.half and not exact.half
+    ids = torch.randint(0, model.config.vocab_size, (10,)).tolist()
+    a = exact.forward(ids, exact.new_cache(16), 10)
+    b = half.forward(ids, half.new_cache(16), 10)
+    assert not torch.equal(a, b)  # the weights really are rounded
+    torch.testing.assert_close(b, a, rtol=0.02, atol=0.02)

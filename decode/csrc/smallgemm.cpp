@@ -9,6 +9,8 @@
 // weight is read once per call whatever M is (up to ROWS rows per pass; a block re-read from L2 after that).
 // Each output row is accumulated in the same order whatever M is, so a row's result does not depend on how
 // many rows were verified with it.
+// The same kernel reads float16-packed weights (converted to float32 in registers, float32 accumulation) for
+// drafts, whose numerics only move acceptance, never the output: half the bytes of a memory-bound draft step.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -19,18 +21,23 @@ constexpr int BLOCK = 64;     // columns per block: four 16-float AVX-512 regist
 constexpr int ROWS = 6;       // rows per pass: 6 x 4 accumulators + 4 weight registers fit the 32 registers
 constexpr int PREFETCH = 16;  // weight rows (of BLOCK floats) to prefetch ahead of use
 
-template <int R>
-static void block_product(const float* __restrict x, int64_t K, const float* __restrict wb,
-                          float* __restrict out) {
+static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+static inline __m512 load16(const at::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <int R, typename W>
+static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out) {
   // x: (R, K) rows, wb: (K, BLOCK) one packed block, out: (R, BLOCK)
   __m512 acc[R][4];
   for (int r = 0; r < R; ++r)
     for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; ++k) {
-    const float* wk = wb + k * BLOCK;
-    for (int q = 0; q < 4; ++q) _mm_prefetch((const char*)(wk + PREFETCH * BLOCK + 16 * q), _MM_HINT_T0);
+    const W* wk = wb + k * BLOCK;
+    for (int q = 0; q < 4; q += 64 / (16 * static_cast<int>(sizeof(W))))  // one prefetch per 64-byte line
+      _mm_prefetch((const char*)(wk + PREFETCH * BLOCK + 16 * q), _MM_HINT_T0);
     __m512 w[4];
-    for (int q = 0; q < 4; ++q) w[q] = _mm512_loadu_ps(wk + 16 * q);
+    for (int q = 0; q < 4; ++q) w[q] = load16(wk + 16 * q);
     for (int r = 0; r < R; ++r) {
       const __m512 xr = _mm512_set1_ps(x[r * K + k]);
       for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_fmadd_ps(xr, w[q], acc[r][q]);
@@ -40,21 +47,42 @@ static void block_product(const float* __restrict x, int64_t K, const float* __r
     for (int q = 0; q < 4; ++q) _mm512_storeu_ps(out + r * BLOCK + 16 * q, acc[r][q]);
 }
 
-using BlockFn = void (*)(const float*, int64_t, const float*, float*);
-static const BlockFn kBlockFns[ROWS] = {block_product<1>, block_product<2>, block_product<3>,
-                                        block_product<4>, block_product<5>, block_product<6>};
+template <typename W>
+using BlockFn = void (*)(const float*, int64_t, const W*, float*);
+template <typename W>
+static const BlockFn<W> kBlockFns[ROWS] = {block_product<1, W>, block_product<2, W>, block_product<3, W>,
+                                           block_product<4, W>, block_product<5, W>, block_product<6, W>};
 
-// w: (K, N) float32 -> packed (ceil(N / BLOCK), K, BLOCK), the last block zero-padded
-torch::Tensor pack(const torch::Tensor& w) {
+// w: (K, N) float32 -> packed (ceil(N / BLOCK), K, BLOCK) float32 or float16, the last block zero-padded
+torch::Tensor pack(const torch::Tensor& w, bool half) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kFloat32 && w.device().is_cpu(),
               "smallgemm.pack wants a 2-D float32 CPU tensor (in, out)");
   const int64_t K = w.size(0), N = w.size(1), blocks = (N + BLOCK - 1) / BLOCK;
-  auto padded = torch::zeros({K, blocks * BLOCK}, w.options());
+  auto padded = torch::zeros({K, blocks * BLOCK}, w.options().dtype(half ? torch::kHalf : torch::kFloat32));
   padded.narrow(1, 0, N).copy_(w);
   return padded.view({K, blocks, BLOCK}).permute({1, 0, 2}).contiguous();
 }
 
-// x: (M, K) float32 contiguous, packed from pack(), n_out = N, bias (N,) or None -> (M, N)
+template <typename W>
+static void product(const float* xp, const W* pp, const float* bp, float* yp, int64_t M, int64_t K,
+                    int64_t blocks, int64_t n_out) {
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    float out[ROWS * BLOCK];
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * BLOCK, width = std::min<int64_t>(BLOCK, n_out - n0);
+      for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
+        const int R = static_cast<int>(std::min<int64_t>(ROWS, M - r0));
+        kBlockFns<W>[R - 1](xp + r0 * K, K, pp + b * K * BLOCK, out);
+        for (int r = 0; r < R; ++r) {
+          float* yr = yp + (r0 + r) * n_out + n0;
+          for (int64_t j = 0; j < width; ++j) yr[j] = bp ? out[r * BLOCK + j] + bp[n0 + j] : out[r * BLOCK + j];
+        }
+      }
+    }
+  });
+}
+
+// x: (M, K) float32 contiguous, packed from pack(), n_out = N, bias (N,) or None -> (M, N) float32
 torch::Tensor mm(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
                  const c10::optional<torch::Tensor>& bias) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32 && x.device().is_cpu(),
@@ -69,27 +97,14 @@ torch::Tensor mm(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_
     bp = bias->data_ptr<float>();
   }
   auto y = torch::empty({M, n_out}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* pp = packed.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-    float out[ROWS * BLOCK];
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t n0 = b * BLOCK, width = std::min<int64_t>(BLOCK, n_out - n0);
-      for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
-        const int R = static_cast<int>(std::min<int64_t>(ROWS, M - r0));
-        kBlockFns[R - 1](xp + r0 * K, K, pp + b * K * BLOCK, out);
-        for (int r = 0; r < R; ++r) {
-          float* yr = yp + (r0 + r) * n_out + n0;
-          for (int64_t j = 0; j < width; ++j) yr[j] = bp ? out[r * BLOCK + j] + bp[n0 + j] : out[r * BLOCK + j];
-        }
-      }
-    }
-  });
+  if (packed.scalar_type() == torch::kHalf)
+    product(x.data_ptr<float>(), packed.data_ptr<at::Half>(), bp, y.data_ptr<float>(), M, K, blocks, n_out);
+  else
+    product(x.data_ptr<float>(), packed.data_ptr<float>(), bp, y.data_ptr<float>(), M, K, blocks, n_out);
   return y;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("pack", &pack, "pack a (K, N) weight into column blocks");
+  m.def("pack", &pack, "pack a (K, N) weight into column blocks (float16 when half)");
   m.def("mm", &mm, "x @ w (+ bias) for a few rows against a packed weight");
 }
