@@ -147,6 +147,15 @@ class FastLlama:
         x1, x2 = x.chunk(2, dim=-1)
         return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
+    def _attend_few(self, q, k, v, bias):
+        """Attention for a few query tokens on CPU: q (heads, n, hd), k/v (kv_heads, end, hd), bias (group * n, end).
+        SDPA's CPU kernel with a boolean mask converts the mask in every layer and costs ~1.6x its mask-free
+        one-token call; two batched matmuls over the query heads that share a K/V head do not."""
+        heads, n, hd = q.shape
+        qg = q.reshape(self.n_kv, heads // self.n_kv * n, hd)  # query head h reads K/V head h // group
+        scores = torch.baddbmm(bias, qg, k.transpose(1, 2), alpha=hd ** -0.5)  # (kv_heads, group * n, end)
+        return torch.bmm(torch.softmax(scores, -1), v).view(heads, n, hd)
+
     @torch.no_grad()
     def forward(self, ids: list[int], cache: StaticCache, keep: int, siblings: int = 0) -> torch.Tensor:
         """Logits (keep, V) for the last `keep` of ids, after the cached positions.
@@ -176,6 +185,11 @@ class FastLlama:
         else:
             cos, sin = self._cos[start:end], self._sin[start:end]
         nq, nkv, hd = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
+        bias = None
+        if mask is not None and n <= smallgemm.MAX_ROWS and self.device.type == "cpu":
+            # a verification: the mask as an additive bias, built once for every layer, (group * n, end)
+            group = self.n_heads // self.n_kv
+            bias = torch.zeros(n, end, dtype=self.dtype).masked_fill_(~mask, float("-inf")).repeat(group, 1)
         for li, (ln1, qkv_lin, o_lin, ln2, gate_up_lin, down_lin) in enumerate(self.layers):
             x = self._norm(h, ln1)
             qkv = qkv_lin(x)  # (n, nq + 2 nkv)
@@ -185,9 +199,12 @@ class FastLlama:
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
             cache.k[li, :, start:end] = k
             cache.v[li, :, start:end] = v
-            att = F.scaled_dot_product_attention(
-                q[None], cache.k[li, :, :end][None], cache.v[li, :, :end][None], attn_mask=mask, enable_gqa=True
-            )[0]  # (heads, n, hd)
+            if bias is not None:
+                att = self._attend_few(q, cache.k[li, :, :end], cache.v[li, :, :end], bias)
+            else:
+                att = F.scaled_dot_product_attention(
+                    q[None], cache.k[li, :, :end][None], cache.v[li, :, :end][None], attn_mask=mask, enable_gqa=True
+                )[0]  # (heads, n, hd)
             h = h + o_lin(att.transpose(0, 1).reshape(n, nq))
             x = self._norm(h, ln2)
             gu = gate_up_lin(x)  # (n, 2 * intermediate)

@@ -95,3 +95,16 @@ def test_alpha_iid_recovers_the_per_token_rate_where_accepted_over_proposed_does
         assert costmodel.alpha_iid(accepted, rounds, full) == pytest.approx(accepted / (gamma * rounds))
     else:  # accepted / proposed counts never-tested drafts as rejected
         assert accepted / (gamma * rounds) < alpha - 0.02
+
+
+def test_draft_rounds_that_verify_siblings_cost_their_own_v():
+    """speedup_with_lookup(v_draft=...): a draft round verifying γ + K - 1 tokens (top-K candidates) costs v at
+    that size; with no lookup rounds it is the plain model at that v."""
+    v = {1: 1.1, 2: 1.15, 3: 1.2, 4: 1.3}
+    plain = costmodel.speedup_with_lookup(0.4, 1, 0.08, v, 0.0, 0.9, 4)
+    assert plain == pytest.approx(costmodel.speedup(0.4, 1, 0.08, v[1]))
+    top3 = costmodel.speedup_with_lookup(0.4, 1, 0.08, v, 0.0, 0.9, 4, v_draft=v[3])
+    assert top3 == pytest.approx(costmodel.speedup(0.4, 1, 0.08, v[3])) and top3 < plain
+    mixed = costmodel.speedup_with_lookup(0.4, 1, 0.08, v, 0.5, 0.9, 4, v_draft=v[3])
+    tokens = 0.5 * costmodel.tau(0.9, 4) + 0.5 * costmodel.tau(0.4, 1)
+    assert mixed == pytest.approx(tokens / (0.5 * v[4] + 0.5 * (0.08 + v[3])))
