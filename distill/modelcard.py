@@ -47,10 +47,10 @@ def select_entries(report: dict, report_path: Path, draft_dir: Path) -> list[dic
 
     Each returned entry gets the report's `prompt_set` (the entries themselves count prompts, not name them).
     """
-    # entries decoded with the decoder's context lookup (decode.lookup) measure draft + lookup, not the draft:
-    # the card states what the draft itself does
+    # entries decoded with the decoder's context lookup (decode.lookup) measure draft + lookup, and top-K
+    # entries a token tree only FastLlama verifies: the card states what the draft does as a plain chain
     entries = [e for e in report["entries"] if isinstance(e, dict) and "draft" in e and "speedup" in e
-               and not e.get("lookup")]
+               and not e.get("lookup") and e.get("candidates", 1) == 1]
 
     def same(d: str) -> bool:
         p = Path(d).expanduser()

@@ -19,7 +19,8 @@ def best(entries: list[dict]) -> dict | None:
     if not pool:
         return None
     e = max(pool, key=lambda x: x["speedup"])
-    return {"draft": e["draft"], "label": e["label"], "gamma": e["gamma"], "lookup": e.get("lookup", 0), "speedup": e["speedup"],
+    return {"draft": e["draft"], "label": e["label"], "gamma": e["gamma"], "lookup": e.get("lookup", 0),
+            "candidates": e.get("candidates", 1), "speedup": e["speedup"],
             "acceptance_rate": e["speculative"]["acceptance_rate"], "tau": e["speculative"]["tau"],
             "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
             # the cost model checked where it matters: (predicted - measured) / measured at the best measured γ
@@ -45,6 +46,7 @@ def headline(result: dict) -> str:
     if not b:
         return f"no draft evaluated; see {result.get('output')}/report.md"
     lookup = f", context lookup {b['lookup']}" if b.get("lookup") else ""
+    lookup += f", top-{b['candidates']} candidates" if b.get("candidates", 1) > 1 else ""
     return (f"best draft {b['draft']} (γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
             f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}{_in_run_note(b)}), "
             f"α={b['acceptance_rate']}, τ={b['tau']}, "
