@@ -243,7 +243,7 @@ def test_pipeline_stage_settings_merge_yaml_then_preset_then_flags():
     cfg = configlib.parse(pipeline.PipelineConfig, argv)
     s = {k: getattr(cfg, k) for k in pipeline.PipelineConfig.SECTIONS}
     assert s["train"]["max_steps"] == 7 and s["train"]["vocab"] == 8192  # flag wins, the YAML's recipe stays
-    assert s["evaluate"]["limit"] == 8 and s["evaluate"]["gamma"] == [1, 2]  # preset over the YAML
+    assert s["evaluate"]["limit"] == 8 and s["evaluate"]["gamma"] == 2  # preset over the YAML
     assert s["collect"]["limit"] == 96 and s["collect"]["topk"] == 32
     plain = ["--config", "configs/pipeline/default.yaml"]
-    assert configlib.parse(pipeline.PipelineConfig, plain).train["max_steps"] == 400
+    assert configlib.parse(pipeline.PipelineConfig, plain).train["max_steps"] == 550
