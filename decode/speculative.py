@@ -273,7 +273,8 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
     if candidates > 1 and not target.tree:
         raise UserError(f"candidates > 1 needs the lean FastLlama target runner ({', '.join(FAST_MODEL_TYPES)} models "
                         "without sliding windows); this target runs on HFRunner: use candidates=1")
-    max_len = len(prompt_ids) + max_new_tokens + sched.max_gamma + 2
+    # room for the longest verification: γ drafts and K - 1 siblings past the last kept token
+    max_len = len(prompt_ids) + max_new_tokens + sched.max_gamma + candidates + 2
     stats = Stats()
     start = time.perf_counter()
     eos = set(eos_token_ids)

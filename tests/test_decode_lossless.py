@@ -235,6 +235,14 @@ def test_greedy_lossless_with_sibling_candidates(gamma, candidates, tiny_llama, 
     assert 0 < siblings < rounds, "no round accepted a sibling; the test lost its point"
 
 
+def test_many_candidates_fit_the_cache_to_the_last_token(tiny_llama, noisy_copy):
+    """K - 1 siblings past the last kept position: the preallocated KV cache has room for them at the end too."""
+    target = tiny_llama(1)
+    draft = noisy_copy(target, 1)
+    want, _ = generate(target, None, [4, 5, 6], 12)
+    assert generate(target, draft, [4, 5, 6], 12, 1, candidates=20)[0] == want
+
+
 def test_sibling_forward_matches_separate_forwards(tiny_llama):
     """FastLlama.forward(siblings=s): each sibling's logits equal a chain forward of [x, sibling] alone."""
     runner = FastLlama(tiny_llama(2))
