@@ -225,9 +225,9 @@ def runner_for(model, fast: bool = True, half: bool = False):
         return model
     if not (fast and FastLlama.supports(model)):
         return HFRunner(model)
-    key = (half, *((p.data_ptr(), p._version) for p in model.parameters()))
-    cached = getattr(model, "_specdistill_fast", None)
+    key = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    slots = model.__dict__.setdefault("_specdistill_fast", {})  # {half: (key, runner)}: both kinds kept
+    cached = slots.get(half)
     if cached is None or cached[0] != key:
-        cached = (key, FastLlama(model, half))
-        model._specdistill_fast = cached
+        cached = slots[half] = (key, FastLlama(model, half))
     return cached[1]

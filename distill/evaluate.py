@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from itertools import product
 from pathlib import Path
 
 import torch
@@ -167,16 +168,14 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
         main = not spec.startswith("layers:") and (step is None or step == newest)
         # and the top-K candidates: every count for the main drafts, the first for the rest
         lookups, counts = cfg.lookups(), cfg.candidate_counts()
-        for k in counts if main else counts[:1]:
-            for n in lookups if main else lookups[:1]:
-                for g in gammas if main else gammas[:1]:
-                    bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
-                                       max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
-                                       lookup_tokens=cfg.lookup_tokens, candidates=k, draft_half=cfg.draft_half,
-                                       temperature=cfg.temperature,
-                                       seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
-                    runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0] and k == 1))
-                    labels.append((spec, step, n, k))
+        grid = product(counts, lookups, gammas) if main else [(counts[0], lookups[0], gammas[0])]
+        for k, n, g in grid:
+            bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
+                               max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
+                               lookup_tokens=cfg.lookup_tokens, candidates=k, draft_half=cfg.draft_half,
+                               temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
+            runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0] and k == 1))
+            labels.append((spec, step, n, k))
     entries = []
     if runs:
         print(f"evaluating {len(runs)} draft x γ runs on {len(rows)} prompts (one shared target-alone baseline)",
