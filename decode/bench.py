@@ -27,6 +27,7 @@ from decode import costmodel, latency
 from decode.errors import UserError
 from decode.prompts import check_context, encode_prompt, read_prompts
 from decode.sampling import SamplingParams
+from decode.smallgemm import WEIGHTS
 from decode.speculative import DEFAULT_CONFIDENCE, SCHEDULES, Stats, generate
 from decode.targets import eos_ids, load_draft, load_target
 
@@ -43,7 +44,7 @@ class BenchConfig:
     lookup: int = 0  # also propose from the context when its last N tokens occurred before (0 = off)
     lookup_tokens: int = 0  # tokens per lookup proposal (0 = γ)
     candidates: int = 1  # the draft's top-K verified at the first drafted position (greedy; decode.speculative)
-    draft_half: bool = False  # the draft's weights stored as float16 on CPU (decode.smallgemm; about half a draft step)
+    draft_weights: str = "float32"  # float16 | int8: the draft's weights stored so on CPU (decode.smallgemm; a cheaper draft step)
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -67,6 +68,8 @@ class BenchConfig:
             raise UserError(f"--candidates must be >= 1 (1 = a plain chain), got {self.candidates}")
         if self.candidates > 1 and self.temperature > 0:
             raise UserError("--candidates > 1 is for greedy decoding: use --temperature 0 or --candidates 1")
+        if self.draft_weights not in WEIGHTS:
+            raise UserError(f"--draft-weights must be one of {', '.join(WEIGHTS)}, got {self.draft_weights!r}")
         SamplingParams(self.temperature, self.top_k, self.top_p)  # validates
 
 
@@ -148,7 +151,7 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
         return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, cfg.gamma,
                         cfg.schedule, sampling, eos, vocab_map=draft.vocab_map if draft is not None else None,
                         generator=gen, lookup=cfg.lookup, lookup_tokens=cfg.lookup_tokens, candidates=cfg.candidates,
-                        draft_half=cfg.draft_half)
+                        draft_weights=cfg.draft_weights)
 
     # plain transformers cannot use a reduced-vocab draft, and verifies one candidate per position
     do_hf = [hf and d.vocab_map is None and c.candidates == 1 for d, c, hf in runs]
@@ -194,11 +197,11 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     results, lat_cache = [], {}
     b = base.as_dict()
     for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
-        key = (id(draft), cfg.draft_half)
+        key = (id(draft), cfg.draft_weights)
         if key not in lat_cache:
             # v at every verification size these runs use: γ + candidates - 1 tokens after the last one
             gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma + c.candidates - 1 for d, c, _ in runs if d is draft)})
-            lat_cache[key] = latency.measure(target, draft.model, gammas, draft_half=cfg.draft_half)
+            lat_cache[key] = latency.measure(target, draft.model, gammas, draft_weights=cfg.draft_weights)
         results.append(_entry(cfg, device, target, len(rows), b, base_cat, a, hf_on, lat_cache[key], sampling.greedy))
     return results
 
@@ -250,7 +253,7 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
         "lookup": cfg.lookup,
         "lookup_tokens": cfg.lookup_tokens,
         "candidates": cfg.candidates,
-        "draft_half": cfg.draft_half,
+        "draft_weights": cfg.draft_weights,
         "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s")},
         "speculative": s,
         "hf_assisted": (

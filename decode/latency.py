@@ -15,10 +15,11 @@ def _sync(device) -> None:
 
 
 @torch.inference_mode()
-def step_latency(model, context: int, n_tokens: int, repeats: int = 10, warmup: int = 3, half: bool = False) -> float:
+def step_latency(model, context: int, n_tokens: int, repeats: int = 10, warmup: int = 3,
+                 weights: str = "float32") -> float:
     """Median seconds of one forward of n_tokens after a cached context of `context` tokens (logits for all).
-    half: the float16-weight runner a draft uses with draft_half (decode.runners.runner_for)."""
-    runner = runner_for(model, half=half)
+    weights: the runner a draft uses with draft_weights (decode.runners.runner_for)."""
+    runner = runner_for(model, weights=weights)
     vocab = runner.config.vocab_size
     cache = runner.new_cache(context + n_tokens + 1)
     runner.forward(torch.randint(0, vocab, (context,)).tolist(), cache, 1)
@@ -34,10 +35,11 @@ def step_latency(model, context: int, n_tokens: int, repeats: int = 10, warmup: 
     return sorted(times)[len(times) // 2]
 
 
-def measure(target, draft, gammas: list[int], context: int = 128, repeats: int = 10, draft_half: bool = False) -> dict:
+def measure(target, draft, gammas: list[int], context: int = 128, repeats: int = 10,
+            draft_weights: str = "float32") -> dict:
     """c (draft/target single-token latency) and v(γ) for each γ, with the raw latencies in ms."""
     t1 = step_latency(target, context, 1, repeats)
-    d1 = step_latency(draft, context, 1, repeats, half=draft_half) if draft is not None else None
+    d1 = step_latency(draft, context, 1, repeats, weights=draft_weights) if draft is not None else None
     v = {g: step_latency(target, context, g + 1, repeats) / t1 for g in sorted(set(gammas)) if g >= 1}
     return {
         "context": context,

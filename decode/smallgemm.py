@@ -2,7 +2,9 @@
 
     kernel() -> the compiled module, or None where it cannot run (then FastLlama uses torch's matmul)
     Packed(w_io)(x, bias) -> x @ w_io (+ bias), x: (M, K) with MIN_ROWS <= M <= MAX_ROWS
-    Packed(w_io, half=True)  the weight stored as float16 (float32 math): for drafts, at any M up to MAX_ROWS
+    Packed(w_io, "float16")  the weight stored as float16 (float32 math): for drafts, at any M up to MAX_ROWS
+    Packed(w_io, "int8")     int8 with one float32 scale per output column (float32 math): drafts, a quarter of
+                             the bytes; absmax rounding moves a weight by at most half a step (scale / 2)
 
 On a CPU, MKL's GEMM at M = 2..16 repacks the whole weight on every call, so a verification forward cost
 1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.costmodel); this kernel reads each
@@ -21,6 +23,7 @@ from pathlib import Path
 import torch
 
 MIN_ROWS, MAX_ROWS = 2, 16  # one row: MKL's GEMV is faster; more than 16 (a prompt): MKL's GEMM is
+WEIGHTS = ("float32", "float16", "int8")  # how a packed weight is stored; all but float32 round it (drafts only)
 SOURCE = Path(__file__).parent / "csrc" / "smallgemm.cpp"
 
 
@@ -57,15 +60,22 @@ def kernel():
 
 
 class Packed:
-    """One (in, out) float32 weight packed for the kernel; call with M rows of input."""
+    """One (in, out) float32 weight packed for the kernel, stored as `weights` (WEIGHTS); call with M rows of input."""
 
-    def __init__(self, w_io: torch.Tensor, half: bool = False):
+    def __init__(self, w_io: torch.Tensor, weights: str = "float32"):
+        if weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
         self.n_out = w_io.shape[1]
-        self.blocks = kernel().pack(w_io.contiguous(), half)  # (ceil(N / 64), K, 64), float32 or float16
+        self.scale = None
+        if weights == "int8":  # symmetric, per output column: w[:, n] ~= q[:, n] * scale[n]
+            self.scale = (w_io.abs().amax(0) / 127).clamp_min(torch.finfo(torch.float32).tiny).contiguous()  # (N,)
+            w_io = torch.round(w_io / self.scale).clamp_(-127, 127).to(torch.int8)
+        # (ceil(N / 64), K, 64), in the storage type
+        self.blocks = kernel().pack(w_io.contiguous(), weights == "float16")
         self._mm = kernel().mm  # looked up once: __call__ runs ~120 times a target forward
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return self._mm(x.contiguous(), self.blocks, self.n_out, bias)
+        return self._mm(x.contiguous(), self.blocks, self.n_out, bias, self.scale)
 
 
 def usable_for(weight: torch.Tensor) -> bool:

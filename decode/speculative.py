@@ -30,6 +30,7 @@ from decode.errors import UserError
 from decode.lookup import continuation
 from decode.runners import FAST_MODEL_TYPES, runner_for
 from decode.sampling import SamplingParams, logits_to_probs, sample
+from decode.smallgemm import WEIGHTS
 
 SCHEDULES = ("constant", "heuristic", "dynamic")
 GREEDY = SamplingParams()
@@ -241,7 +242,7 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
              eos_token_ids: tuple[int, ...] = (), stop_strings: tuple[str, ...] = (), tokenizer=None,
              vocab_map: torch.Tensor | None = None, confidence: float = DEFAULT_CONFIDENCE,
              generator: torch.Generator | None = None, lookup: int = 0,
-             lookup_tokens: int = 0, candidates: int = 1, draft_half: bool = False) -> tuple[list[int], Stats]:
+             lookup_tokens: int = 0, candidates: int = 1, draft_weights: str = "float32") -> tuple[list[int], Stats]:
     """Generate up to max_new_tokens after prompt_ids. gamma=0, or draft=None without lookup, runs the target alone.
 
     lookup: propose from the context when its last `lookup` (or more) tokens occurred before (0 = off);
@@ -249,8 +250,9 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
     (0 = γ); they cost no draft forward, so more than γ usually pays.
     candidates: the draft's top-K tokens at the first drafted position are all verified (K - 1 siblings of d_1
     in the same target forward; greedy only, and the target must run on FastLlama; 1 = a plain chain).
-    draft_half: run a llama-family draft with float16-stored weights on a CPU (decode.smallgemm): about half the
-    draft step, slightly different draft numerics (acceptance may move; the output stays the target's).
+    draft_weights: float16 or int8 runs a llama-family draft with weights stored so on a CPU (decode.smallgemm):
+    about a half or a third of the draft step, slightly different draft numerics (acceptance may move; the output
+    stays the target's).
 
     target/draft: HF causal LMs or runners (decode.runners); llama-family models run on the lean FastLlama path.
     Returns the new token ids (ending with EOS if one was produced) and the call's Stats.
@@ -263,6 +265,8 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
         raise UserError(f"lookup must be >= 0 (n-gram length matched in the context; 0 = off), got {lookup}")
     if candidates < 1:
         raise UserError(f"candidates must be >= 1 (the draft's top-K verified at the first position), got {candidates}")
+    if draft_weights not in WEIGHTS:
+        raise UserError(f"draft_weights must be one of {', '.join(WEIGHTS)}, got {draft_weights!r}")
     if candidates > 1 and not sampling.greedy:
         raise UserError("candidates > 1 is for greedy decoding (temperature 0); sampled verification of several "
                         "candidates is not implemented: use candidates=1")
@@ -290,7 +294,7 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: i
 
     vocab = DraftVocab(vocab_map, logits.shape[-1])
     if gamma and draft is not None:
-        draft = runner_for(draft, half=draft_half)
+        draft = runner_for(draft, weights=draft_weights)
         d_cache = draft.new_cache(max_len)
         t0 = time.perf_counter()
         draft.forward(vocab.to_draft(prompt_ids), d_cache, 1)

@@ -22,6 +22,7 @@ import torch
 
 from decode.bench import BenchConfig, encode_all, measure_many
 from decode.errors import UserError
+from decode.smallgemm import WEIGHTS
 from decode.targets import eos_ids, load_draft, load_target
 from distill import checkpoints, plots, report
 from distill import config as configlib
@@ -44,8 +45,8 @@ class EvalConfig:
     lookup_tokens: int = field(default=4, metadata={"help": "tokens per lookup proposal"})
     candidates: int | list = field(default=1, metadata={"help": "the draft's top-K verified at the first drafted position "
                                                               "(greedy), or a list to compare, e.g. [1, 4]"})
-    draft_half: bool = field(default=False, metadata={"help": "drafts run with float16-stored weights on CPU "
-                                                             "(decode.smallgemm: about half a draft step)"})
+    draft_weights: str = field(default="float32", metadata={"help": "float32 | float16 | int8: drafts run with weights "
+                                                                "stored so on CPU (decode.smallgemm: a cheaper draft step)"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
     schedule: str = field(default="constant", metadata={"help": "constant | heuristic | dynamic"})
     output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
@@ -68,6 +69,8 @@ class EvalConfig:
             raise UserError(f"--candidates must be >= 1 (1 = a plain chain), got {self.candidates}")
         if max(self.candidate_counts()) > 1 and self.temperature > 0:
             raise UserError("--candidates > 1 is for greedy decoding: use --temperature 0 or --candidates 1")
+        if self.draft_weights not in WEIGHTS:
+            raise UserError(f"--draft-weights must be one of {', '.join(WEIGHTS)}, got {self.draft_weights!r}")
         if not self.run and not self.drafts:
             raise UserError("give --run RUN_DIR (every checkpoint) or --drafts D1 D2 ...")
 
@@ -172,7 +175,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
         for k, n, g in grid:
             bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
                                max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
-                               lookup_tokens=cfg.lookup_tokens, candidates=k, draft_half=cfg.draft_half,
+                               lookup_tokens=cfg.lookup_tokens, candidates=k, draft_weights=cfg.draft_weights,
                                temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
             runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0] and k == 1))
             labels.append((spec, step, n, k))

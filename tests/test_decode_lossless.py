@@ -261,15 +261,28 @@ def test_sibling_forward_matches_separate_forwards(tiny_llama):
         torch.testing.assert_close(cache.k[:, :, len(ctx) + 1], ref_cache.k[:, :, len(ctx) + 1], rtol=1e-5, atol=1e-5)
 
 
-def test_draft_half_stays_lossless(tiny_llama, noisy_copy):
-    """A float16-weight draft (decode.smallgemm) changes only acceptance, never the output."""
+@pytest.mark.parametrize("weights", ["float16", "int8"])
+def test_rounded_draft_weights_stay_lossless(tiny_llama, noisy_copy, weights):
+    """A float16- or int8-weight draft (decode.smallgemm) changes only acceptance, never the output."""
+    accepted = 0
     for seed in range(4):
         target = tiny_llama(seed)
         draft = noisy_copy(target, seed)
         prompt = _prompt(seed)
         want, _ = generate(target, None, prompt, 24)
         for gamma in (1, 3):
-            assert generate(target, draft, prompt, 24, gamma, draft_half=True)[0] == want
+            out, stats = generate(target, draft, prompt, 24, gamma, draft_weights=weights)
+            assert out == want
+            accepted += stats.accepted
+    assert accepted > 0  # the rounded draft still proposes tokens the target takes
+
+
+def test_unknown_draft_weights_refused(tiny_llama):
+    from decode.errors import UserError
+
+    target = tiny_llama(0)
+    with pytest.raises(UserError, match="draft_weights must be one of float32, float16, int8"):
+        generate(target, target, _prompt(0), 4, 2, draft_weights="int4")
 
 
 def test_candidates_refused_where_they_cannot_work(tiny_llama):

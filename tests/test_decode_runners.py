@@ -149,3 +149,17 @@ def test_runner_for_is_cached_and_rebuilt_after_a_weight_change(tiny_llama):
     after = r2.forward(ids, r2.new_cache(8), 1)
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, full_logits(model, ids)[-1:], atol=ATOL, rtol=0)
+
+
+def test_fused_rms_norm_is_llamas_bitwise(tiny_llama):
+    """FastLlama's float32 norm (torch's fused rms_norm) gives LlamaRMSNorm's exact bits, from one token to a prompt:
+    the target's own logits, and so the lossless check against transformers, do not move."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    fast = FastLlama(tiny_llama(0))
+    g = torch.Generator().manual_seed(0)
+    for n, d, scale in [(1, 576, 1.0), (3, 576, 30.0), (16, 744, 1e-3), (300, 576, 5.0), (7, 32, 1.0)]:
+        norm = LlamaRMSNorm(d, eps=fast.eps)
+        norm.weight.data = torch.randn(d, generator=g)
+        x = torch.randn(n, d, generator=g) * scale
+        assert torch.equal(fast._norm(x, norm.weight), norm(x))

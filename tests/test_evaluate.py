@@ -146,22 +146,24 @@ def test_lookup_settings_run_for_the_main_draft_only(tiny_pair, tmp_path):
 
 
 def test_candidate_counts_and_float16_draft(tiny_pair, tmp_path):
-    """--candidates [1, 3] --draft-half: every γ as a chain and with the draft's top 3 at the first position
+    """--candidates [1, 3] --draft-weights int8: every γ as a chain and with the draft's top 3 at the first position
     (labelled apart, lossless, v measured at γ + 2 tokens for the cost model); transformers' assisted generation
     only next to the chain, which is what it does."""
-    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["random"]], candidates=[1, 3], draft_half=True,
+    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["random"]], candidates=[1, 3], draft_weights="int8",
                             anchors=True))
     got = sorted((e["label"], e["gamma"], e["candidates"]) for e in res["entries"] if e["trained"])
     name = got[0][0]
     assert got == [(name, 1, 1), (name, 3, 1), (f"{name} top-3", 1, 3), (f"{name} top-3", 3, 3)]
     for e in res["entries"]:
-        assert e["lossless"] is True and e["draft_half"] is True
+        assert e["lossless"] is True and e["draft_weights"] == "int8"
         assert (e["hf_assisted"] is not None) == (e["candidates"] == 1 and e["trained"])
         assert str(e["gamma"] + e["candidates"] - 1) in e["cost_model"]["v"]
         assert "sibling_accepted" in e["speculative"]
     assert "top-3" in (tmp_path / "report.md").read_text()
     with pytest.raises(UserError, match="--candidates"):
         evaluate.EvalConfig(drafts=["x"], candidates=[0])
+    with pytest.raises(UserError, match="--draft-weights must be one of float32, float16, int8"):
+        evaluate.EvalConfig(drafts=["x"], draft_weights="half")
     with pytest.raises(UserError, match="greedy"):
         evaluate.EvalConfig(drafts=["x"], candidates=3, temperature=0.7)
 

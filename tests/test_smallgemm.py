@@ -62,19 +62,40 @@ def test_off_switch(monkeypatch):
 def test_half_weights_match_float16_rounded_matmul():
     g = torch.Generator().manual_seed(1)
     w, b = torch.randn(80, 130, generator=g), torch.randn(130, generator=g)
-    packed = smallgemm.Packed(w, half=True)
+    packed = smallgemm.Packed(w, "float16")
     w16 = w.half().float()  # what the kernel multiplies by: the weight rounded to float16
     for m in range(1, smallgemm.MAX_ROWS + 1):
         x = torch.randn(m, 80, generator=g)
         torch.testing.assert_close(packed(x, b), x @ w16 + b, rtol=1e-4, atol=1e-3)
 
 
-def test_half_runner_is_close_to_the_exact_one(tiny_llama):
+def test_int8_weights_match_the_dequantised_matmul():
+    """int8: w[:, n] ~= q[:, n] * scale[n] with scale = max|w[:, n]| / 127; the kernel multiplies by exactly that."""
+    g = torch.Generator().manual_seed(2)
+    w, b = torch.randn(80, 130, generator=g), torch.randn(130, generator=g)
+    w[:, 7] = 0  # an all-zero column must not divide by zero
+    packed = smallgemm.Packed(w, "int8")
+    scale = w.abs().amax(0) / 127
+    q = torch.round(w / scale.clamp_min(torch.finfo(torch.float32).tiny)).clamp(-127, 127)
+    assert q.abs().max() == 127 and (q * scale - w).abs().max() <= scale.max() / 2 + 1e-6  # half a step at most
+    w8 = q * scale
+    for m in range(1, smallgemm.MAX_ROWS + 1):
+        x = torch.randn(m, 80, generator=g)
+        torch.testing.assert_close(packed(x, b), x @ w8 + b, rtol=1e-4, atol=1e-3)
+        torch.testing.assert_close(packed(x, None), x @ w8, rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="weights must be one of"):
+        smallgemm.Packed(w, "int4")
+
+
+@pytest.mark.parametrize("weights,tol", [("float16", 0.01), ("int8", 0.08)])  # measured: 0.002, 0.037
+def test_rounded_runner_is_close_to_the_exact_one(tiny_llama, weights, tol):
+    """Logits of the rounded runner within `tol` of the exact ones, relative (Frobenius norm; the tiny model's
+    logits are tens in size, so an elementwise bound says little)."""
     model = tiny_llama(0)
-    exact, half = FastLlama(model), FastLlama(model, half=True)
-    assert half.half and not exact.half
+    exact, rounded = FastLlama(model), FastLlama(model, weights)
+    assert rounded.weights == weights and exact.weights == "float32"
     ids = torch.randint(0, model.config.vocab_size, (10,)).tolist()
     a = exact.forward(ids, exact.new_cache(16), 10)
-    b = half.forward(ids, half.new_cache(16), 10)
+    b = rounded.forward(ids, rounded.new_cache(16), 10)
     assert not torch.equal(a, b)  # the weights really are rounded
-    torch.testing.assert_close(b, a, rtol=0.02, atol=0.02)
+    assert ((b - a).norm() / a.norm()).item() < tol
