@@ -46,5 +46,7 @@ def measure(target, draft, gammas: list[int], context: int = 128, repeats: int =
         "target_step_ms": round(t1 * 1e3, 3),
         "draft_step_ms": round(d1 * 1e3, 3) if d1 is not None else None,
         "c": round(d1 / t1, 4) if d1 is not None else None,
+        # how the target multiplies a single token here (decode.runners: the faster of the kernel and torch's matmul)
+        "target_one_token_matmul": getattr(runner_for(target), "one_row", "torch"),
         "v": {str(g): round(x, 4) for g, x in v.items()},
     }

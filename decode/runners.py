@@ -10,11 +10,14 @@ HFRunner works for any HF causal LM (DynamicCache). FastLlama is a lean forward 
 gate|up fused into one matrix each (at batch 1 and 1-8 tokens, CPU GEMMs run markedly faster that way than
 HF's (out, in) nn.Linear), a preallocated KV cache whose rollback is a length change (no torch.cat, no copy),
 and no per-call mask or cache-object machinery. On an AVX-512 CPU in float32, forwards of 2-16 tokens (a
-verification) multiply with decode.smallgemm, which reads each weight once whatever the token count. It computes
+verification) multiply with decode.smallgemm, which reads each weight once whatever the token count, and single
+tokens do too where that beats torch's matmul on the machine at hand (timed once per runner). It computes
 the same function as the HF model; tests check its logits against HF's and its greedy output against `generate`.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.nn.functional as F
@@ -81,7 +84,28 @@ class _Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x: (n, in) -> (n, out)
         if self.packed is not None and self.min_rows <= x.shape[0] <= smallgemm.MAX_ROWS:
             return self.packed(x, self.b)
+        return self.torch_mm(x)
+
+    def torch_mm(self, x: torch.Tensor) -> torch.Tensor:
         return torch.addmm(self.b, x, self.w) if self.b is not None else x @ self.w
+
+
+def _kernel_wins_one_row(linears: list[_Linear], repeats: int = 5) -> bool:
+    """Whether one-token forwards multiply faster through decode.smallgemm than through torch's matmul (MKL),
+    timed on these very weights: a pass over all of them each way, alternating, median of `repeats` (~0.3 s for
+    the default target, once per runner). Which wins depends on the machine: on one 2-core box MKL was ~20%
+    faster at one row, on another the kernel 1.8x (32 vs 18 GB/s). The target alone, the baseline of every
+    speedup, takes the faster."""
+    xs = [torch.randn(1, lin.w.shape[0], dtype=lin.w.dtype) for lin in linears]
+    times = {False: [], True: []}
+    for _ in range(repeats + 1):  # the first pass of each is a warm-up
+        for kernel in (False, True):
+            t0 = time.perf_counter()
+            for lin, x in zip(linears, xs):
+                lin.packed(x, lin.b) if kernel else lin.torch_mm(x)
+            times[kernel].append(time.perf_counter() - t0)
+    median = {k: sorted(t[1:])[repeats // 2] for k, t in times.items()}
+    return median[True] < median[False]
 
 
 class FastLlama:
@@ -126,6 +150,23 @@ class FastLlama:
         self.norm = model.model.norm.weight
         self.head = _Linear(model.lm_head, small_m=small_m, weights=weights)
         self._cos = self._sin = None
+        # one-token forwards: rounded weights always go through the kernel; exact ones through whichever of the
+        # kernel and torch's matmul is faster on this machine (timed once, here)
+        self.one_row = "smallgemm" if small_m and weights != "float32" else "torch"
+        if small_m and weights == "float32" and _kernel_wins_one_row(self.linears()):
+            self.set_one_row("smallgemm")
+
+    def linears(self) -> list[_Linear]:
+        return [lin for layer in self.layers for lin in layer if isinstance(lin, _Linear)] + [self.head]
+
+    def set_one_row(self, how: str) -> None:
+        """Multiply one-token forwards with "smallgemm" or "torch" (float32 weights; rounded ones stay on the kernel)."""
+        if how not in ("smallgemm", "torch") or (how == "smallgemm" and self.head.packed is None):
+            raise ValueError(f"one-row matmul {how!r} is not available here")
+        if self.weights == "float32":
+            for lin in self.linears():
+                lin.min_rows = 1 if how == "smallgemm" else smallgemm.MIN_ROWS
+            self.one_row = how
 
     def new_cache(self, max_len: int) -> StaticCache:
         self._rope_table(max_len)
