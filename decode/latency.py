@@ -46,7 +46,9 @@ def measure(target, draft, gammas: list[int], context: int = 128, repeats: int =
         "target_step_ms": round(t1 * 1e3, 3),
         "draft_step_ms": round(d1 * 1e3, 3) if d1 is not None else None,
         "c": round(d1 / t1, 4) if d1 is not None else None,
-        # how the target multiplies a single token here (decode.runners: the faster of the kernel and torch's matmul)
-        "target_one_token_matmul": getattr(runner_for(target), "one_row", "torch"),
+        # how the target multiplies a single token and a prompt here (decode.runners: the faster of the kernel and
+        # torch's matmul, timed when the runner was built)
+        "target_matmul": {"one_token": getattr(runner_for(target), "one_row", "torch"),
+                          "prompt": getattr(runner_for(target), "prompt", "torch")},
         "v": {str(g): round(x, 4) for g, x in v.items()},
     }

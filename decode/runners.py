@@ -10,8 +10,9 @@ HFRunner works for any HF causal LM (DynamicCache). FastLlama is a lean forward 
 gate|up fused into one matrix each (at batch 1 and 1-8 tokens, CPU GEMMs run markedly faster that way than
 HF's (out, in) nn.Linear), a preallocated KV cache whose rollback is a length change (no torch.cat, no copy),
 and no per-call mask or cache-object machinery. On an AVX-512 CPU in float32, forwards of 2-16 tokens (a
-verification) multiply with decode.smallgemm, which reads each weight once whatever the token count, and single
-tokens do too where that beats torch's matmul on the machine at hand (timed once per runner). It computes
+verification) multiply with decode.smallgemm, which reads each weight once whatever the token count; single
+tokens and prompts of up to 256 tokens do too where that beats torch's matmul on the machine at hand (timed once
+per runner). It computes
 the same function as the HF model; tests check its logits against HF's and its greedy output against `generate`.
 """
 
@@ -80,9 +81,10 @@ class _Linear:
         self.b = torch.cat(biases).contiguous() if all(x is not None for x in biases) else None
         self.packed = smallgemm.Packed(self.w, weights) if small_m else None
         self.min_rows = smallgemm.MIN_ROWS if weights == "float32" else 1
+        self.max_rows = smallgemm.MAX_ROWS  # up to PROMPT_ROWS for float32 where the kernel wins there too
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x: (n, in) -> (n, out)
-        if self.packed is not None and self.min_rows <= x.shape[0] <= smallgemm.MAX_ROWS:
+        if self.packed is not None and self.min_rows <= x.shape[0] <= self.max_rows:
             return self.packed(x, self.b)
         return self.torch_mm(x)
 
@@ -90,15 +92,14 @@ class _Linear:
         return torch.addmm(self.b, x, self.w) if self.b is not None else x @ self.w
 
 
-def _kernel_wins_one_row(linears: list[_Linear], repeats: int = 5) -> bool:
-    """Whether one-token forwards multiply faster through decode.smallgemm than through torch's matmul (MKL),
-    timed on these very weights: a pass over all of them each way, alternating, median of `repeats` (~0.3 s for
-    the default target, once per runner). Which wins depends on the machine: on one 2-core box MKL was ~20%
-    faster at one row, on another the kernel 1.8x (32 vs 18 GB/s). The target alone, the baseline of every
-    speedup, takes the faster."""
-    xs = [torch.randn(1, lin.w.shape[0], dtype=lin.w.dtype) for lin in linears]
+def _kernel_wins(linears: list[_Linear], rows: int, repeats: int) -> bool:
+    """Whether `rows`-token forwards multiply faster through decode.smallgemm than through torch's matmul (MKL),
+    timed on these very weights: a pass over all of them each way, alternating, median of `repeats` (the first
+    pass of each is a warm-up). Which wins depends on the machine: on one 2-core box MKL was ~20% faster at one
+    row; on another (AMD) the kernel was 1.8x at one row and 1.7x at a 44-token prompt."""
+    xs = [torch.randn(rows, lin.w.shape[0], dtype=lin.w.dtype) for lin in linears]
     times = {False: [], True: []}
-    for _ in range(repeats + 1):  # the first pass of each is a warm-up
+    for _ in range(repeats + 1):
         for kernel in (False, True):
             t0 = time.perf_counter()
             for lin, x in zip(linears, xs):
@@ -106,6 +107,9 @@ def _kernel_wins_one_row(linears: list[_Linear], repeats: int = 5) -> bool:
             times[kernel].append(time.perf_counter() - t0)
     median = {k: sorted(t[1:])[repeats // 2] for k, t in times.items()}
     return median[True] < median[False]
+
+
+PROMPT_ROWS, PROMPT_PROBE = 256, 64  # prompts of up to PROMPT_ROWS tokens may use the kernel, judged at PROMPT_PROBE
 
 
 class FastLlama:
@@ -150,23 +154,33 @@ class FastLlama:
         self.norm = model.model.norm.weight
         self.head = _Linear(model.lm_head, small_m=small_m, weights=weights)
         self._cos = self._sin = None
-        # one-token forwards: rounded weights always go through the kernel; exact ones through whichever of the
-        # kernel and torch's matmul is faster on this machine (timed once, here)
-        self.one_row = "smallgemm" if small_m and weights != "float32" else "torch"
-        if small_m and weights == "float32" and _kernel_wins_one_row(self.linears()):
-            self.set_one_row("smallgemm")
+        # one-token forwards and prompts (17-256 tokens): rounded weights take the kernel for single tokens and
+        # their exact float32 copy for prompts; exact weights take whichever of the kernel and torch's matmul is
+        # faster on this machine for each (timed once, here: ~1 s for the default target). The target alone, the
+        # baseline of every speedup, so runs on the fastest path we have, and prefill does too.
+        self.one_row = self.prompt = "torch"
+        if small_m and weights != "float32":
+            self.one_row = "smallgemm"
+        elif small_m:
+            lin = self.linears()
+            self.set_paths("smallgemm" if _kernel_wins(lin, 1, 5) else "torch",
+                           "smallgemm" if _kernel_wins(lin, PROMPT_PROBE, 3) else "torch")
 
     def linears(self) -> list[_Linear]:
         return [lin for layer in self.layers for lin in layer if isinstance(lin, _Linear)] + [self.head]
 
-    def set_one_row(self, how: str) -> None:
-        """Multiply one-token forwards with "smallgemm" or "torch" (float32 weights; rounded ones stay on the kernel)."""
-        if how not in ("smallgemm", "torch") or (how == "smallgemm" and self.head.packed is None):
-            raise ValueError(f"one-row matmul {how!r} is not available here")
-        if self.weights == "float32":
-            for lin in self.linears():
-                lin.min_rows = 1 if how == "smallgemm" else smallgemm.MIN_ROWS
-            self.one_row = how
+    def set_paths(self, one_row: str, prompt: str = "torch") -> None:
+        """Multiply one-token forwards, and prompts of up to PROMPT_ROWS tokens, with "smallgemm" or "torch"
+        (float32 weights only; 2-16 tokens always take the kernel where it is usable)."""
+        for how in (one_row, prompt):
+            if how not in ("smallgemm", "torch") or (how == "smallgemm" and self.head.packed is None):
+                raise ValueError(f"matmul path {how!r} is not available here")
+        if self.weights != "float32":
+            raise ValueError("set_paths is for float32 weights (rounded ones always take the kernel)")
+        for lin in self.linears():
+            lin.min_rows = 1 if one_row == "smallgemm" else smallgemm.MIN_ROWS
+            lin.max_rows = PROMPT_ROWS if prompt == "smallgemm" else smallgemm.MAX_ROWS
+        self.one_row, self.prompt = one_row, prompt
 
     def new_cache(self, max_len: int) -> StaticCache:
         self._rope_table(max_len)

@@ -102,28 +102,32 @@ def test_rounded_runner_is_close_to_the_exact_one(tiny_llama, weights, tol):
 
 
 def test_one_token_forwards_on_either_matmul_match_hf(tiny_llama):
-    """The target's one-token path is timed at build (the kernel or torch's matmul, whichever is faster here);
+    """The target's one-token and prompt paths are timed at build (the kernel or torch's matmul, whichever is
+    faster here);
     both give HF's logits and the target's own greedy output; with the kernel, a token's logits alone and as a row
     of a verification differ only by attention's summation order (the matmuls are row-independent)."""
     from decode.speculative import generate
 
     model = tiny_llama(3, init=0.1)
     fast = FastLlama(model)
-    assert fast.one_row in ("smallgemm", "torch")
-    ids = torch.randint(0, model.config.vocab_size, (12,), generator=torch.Generator().manual_seed(0)).tolist()
+    assert fast.one_row in ("smallgemm", "torch") and fast.prompt in ("smallgemm", "torch")
+    ids = torch.randint(0, model.config.vocab_size, (24,), generator=torch.Generator().manual_seed(0)).tolist()
     with torch.no_grad():
         want = model(input_ids=torch.tensor([ids])).logits[0]
-    want_tokens, _ = generate(model, None, ids[:4], 16)
+    want_tokens, _ = generate(model, None, ids[:20], 8)
     for how in ("smallgemm", "torch"):
-        fast.set_one_row(how)
-        cache = fast.new_cache(16)
-        fast.forward(ids[:8], cache, 1)
-        one = torch.cat([fast.forward([t], cache, 1) for t in ids[8:]])  # (4, V), token by token
-        torch.testing.assert_close(one, want[8:], rtol=1e-5, atol=1e-5)
+        fast.set_paths(how, how)
+        cache = fast.new_cache(32)
+        prompt = fast.forward(ids[:20], cache, 20)  # a prompt: more than smallgemm.MAX_ROWS tokens
+        torch.testing.assert_close(prompt, want[:20], rtol=1e-5, atol=1e-5)
+        one = torch.cat([fast.forward([t], cache, 1) for t in ids[20:]])  # (4, V), token by token
+        torch.testing.assert_close(one, want[20:], rtol=1e-5, atol=1e-5)
         cache.crop(-4)
-        several = fast.forward(ids[8:], cache, 4)  # the same 4 tokens as one verification
+        several = fast.forward(ids[20:], cache, 4)  # the same 4 tokens as one verification
         if how == "smallgemm":
             torch.testing.assert_close(several, one, rtol=0, atol=2e-6)  # measured 6e-7 on logits of ~1
-        assert generate(fast, None, ids[:4], 16)[0] == want_tokens
+        assert generate(fast, None, ids[:20], 8)[0] == want_tokens
     with pytest.raises(ValueError, match="not available"):
-        fast.set_one_row("mkl")
+        fast.set_paths("mkl")
+    with pytest.raises(ValueError, match="float32"):
+        FastLlama(model, "int8").set_paths("torch")
