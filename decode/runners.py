@@ -12,8 +12,8 @@ HF's (out, in) nn.Linear), a preallocated KV cache whose rollback is a length ch
 and no per-call mask or cache-object machinery. On an AVX-512 CPU in float32, forwards of 2-16 tokens (a
 verification) multiply with decode.smallgemm, which reads each weight once whatever the token count; single
 tokens and prompts of up to 256 tokens do too where that beats torch's matmul on the machine at hand (timed once
-per runner). It computes
-the same function as the HF model; tests check its logits against HF's and its greedy output against `generate`.
+per runner). It computes the same function as the HF model; tests check its logits against HF's and its greedy
+output against `generate`.
 """
 
 from __future__ import annotations

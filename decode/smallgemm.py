@@ -22,7 +22,9 @@ from pathlib import Path
 
 import torch
 
-MIN_ROWS, MAX_ROWS = 2, 16  # one row: MKL's GEMV is faster; more than 16 (a prompt): MKL's GEMM is
+# the kernel always takes 2-16 rows (a verification); single rows and prompts go to whichever of it and MKL is
+# faster on the machine at hand (decode.runners times both when a runner is built)
+MIN_ROWS, MAX_ROWS = 2, 16
 WEIGHTS = ("float32", "float16", "int8")  # how a packed weight is stored; all but float32 round it (drafts only)
 SOURCE = Path(__file__).parent / "csrc" / "smallgemm.cpp"
 
