@@ -9,6 +9,9 @@
 // weight is read once per call whatever M is (up to ROWS rows per pass; a block re-read from L2 after that).
 // Each output row is accumulated in the same order whatever M is, so a row's result does not depend on how
 // many rows were verified with it.
+// No software prefetch: each thread streams its blocks contiguously, which the hardware prefetcher follows. An
+// explicit _mm_prefetch 16 block rows ahead made 4-5 rows cost 1.24x one row here (the whole target's
+// matmuls; 1-3 rows and, without it, 1-6 rows all cost the same), the step in v(γ) between γ = 2 and 3.
 // The same kernel reads float16-packed weights (converted to float32 in registers, float32 accumulation) for
 // drafts, whose numerics only move acceptance, never the output: half the bytes of a memory-bound draft step.
 // And int8-packed weights with one float32 scale per output column (w[k, n] ~= q[k, n] * scale[n]): a quarter
@@ -21,7 +24,6 @@
 
 constexpr int BLOCK = 64;     // columns per block: four 16-float AVX-512 registers
 constexpr int ROWS = 6;       // rows per pass: 6 x 4 accumulators + 4 weight registers fit the 32 registers
-constexpr int PREFETCH = 16;  // weight rows (of BLOCK floats) to prefetch ahead of use
 
 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 static inline __m512 load16(const at::Half* p) {
@@ -39,8 +41,6 @@ static void block_product(const float* __restrict x, int64_t K, const W* __restr
     for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; ++k) {
     const W* wk = wb + k * BLOCK;
-    for (int q = 0; q < 4; q += 64 / (16 * static_cast<int>(sizeof(W))))  // one prefetch per 64-byte line
-      _mm_prefetch((const char*)(wk + PREFETCH * BLOCK + 16 * q), _MM_HINT_T0);
     __m512 w[4];
     for (int q = 0; q < 4; ++q) w[q] = load16(wk + 16 * q);
     for (int r = 0; r < R; ++r) {
