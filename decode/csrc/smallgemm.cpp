@@ -10,8 +10,8 @@
 // Each output row is accumulated in the same order whatever M is, so a row's result does not depend on how
 // many rows were verified with it.
 // No software prefetch: each thread streams its blocks contiguously, which the hardware prefetcher follows. An
-// explicit _mm_prefetch 16 block rows ahead made 4-5 rows cost 1.24x one row here (the whole target's
-// matmuls; 1-3 rows and, without it, 1-6 rows all cost the same), the step in v(γ) between γ = 2 and 3.
+// explicit _mm_prefetch 16 block rows ahead made 4-5 rows cost 1.24x one row on an AMD EPYC (the target's 121
+// matmuls timed by row count, 1-5 and 7; without it 1-5 rows cost the same): the step in v(γ) between γ = 2 and 3.
 // The same kernel reads float16-packed weights (converted to float32 in registers, float32 accumulation) for
 // drafts, whose numerics only move acceptance, never the output: half the bytes of a memory-bound draft step.
 // And int8-packed weights with one float32 scale per output column (w[k, n] ~= q[k, n] * scale[n]): a quarter
