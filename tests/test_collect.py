@@ -26,9 +26,8 @@ from transformers import AutoModelForCausalLM
 
 from decode.errors import UserError
 from decode.targets import load_tokenizer
-from distill import shards
-from distill.collect import CollectConfig, main, run
-from distill.shards import load_collected, shard_dirs
+from distill.collect import CollectConfig, main, run, shards
+from distill.collect.shards import load_collected, shard_dirs
 
 VOCAB = 49152  # the default tokenizer's
 K = 5

@@ -1,4 +1,4 @@
-"""The hand-built copy circuit (distill/copy_circuit.py): widening keeps the draft's function, the circuit
+"""The hand-built copy circuit (distill/train/copy_circuit.py): widening keeps the draft's function, the circuit
 copies spans the draft alone cannot, training keeps its structural zeros, the widened draft saves, reloads
 and stays lossless in the decoder, and impossible designs are refused.
 
@@ -16,8 +16,8 @@ from decode.errors import UserError
 from decode.sampling import SamplingParams
 from decode.speculative import generate
 from decode.targets import load_draft
-from distill import copy_circuit
-from distill.draft import DraftDesign, build_draft
+from distill.train import copy_circuit
+from distill.train.designs import DraftDesign, build_draft
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

@@ -1,11 +1,11 @@
-"""distill.copy_probe: the match-length split, and the whole probe on a tiny target that is its own draft."""
+"""distill.train.copy_probe: the match-length split, and the whole probe on a tiny target that is its own draft."""
 
 import json
 
 import pytest
 
 from decode.errors import UserError
-from distill import copy_probe
+from distill.train import copy_probe
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

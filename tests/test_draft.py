@@ -1,4 +1,4 @@
-"""Draft construction (distill/draft.py): every init, the pruning importance ranking, reduced vocabularies,
+"""Draft construction (distill/train/designs.py): every init, the pruning importance ranking, reduced vocabularies,
 freezing, impossible designs, and a reduced-vocabulary draft staying lossless in the bundled decoder.
 
 Most tests cut drafts from conftest's tiny 97-token models (4 heads over 2 KV heads, head_dim 8); the
@@ -14,7 +14,7 @@ import torch
 
 from decode.errors import UserError
 from decode.speculative import generate
-from distill.draft import (
+from distill.train.designs import (
     DraftDesign,
     _prune,
     apply_freeze,
@@ -321,7 +321,7 @@ def test_reduced_vocab_keeps_the_target_rows(tiny_llama, tok, tied):
 
 def test_reduced_vocab_remaps_special_ids(tiny_collected):
     from decode.targets import load_target
-    from distill.shards import load_collected
+    from distill.collect.shards import load_collected
 
     target, tok = load_target(tiny_collected.target, "float32")
     ds = load_collected(tiny_collected.data)
@@ -427,7 +427,7 @@ def test_reduced_vocab_draft_is_lossless(tiny_llama, tok):
 
 def test_reduced_vocab_draft_is_lossless_on_the_real_tokenizer(tiny_collected):
     from decode.targets import load_target
-    from distill.shards import load_collected
+    from distill.collect.shards import load_collected
 
     target, tok = load_target(tiny_collected.target, "float32")
     ds = load_collected(tiny_collected.data)

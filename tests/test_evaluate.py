@@ -12,7 +12,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from decode.errors import UserError
 from decode.targets import load_tokenizer
-from distill import checkpoints, evaluate
+from distill import evaluate
+from distill.train import checkpoints
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -84,7 +85,7 @@ def test_report_schema_plots_and_ranking(tiny_pair, tmp_path):
     assert "Cost model at the best measured γ" in md
     # report.md can be rewritten from report.json alone, without re-measuring
     (tmp_path / "report.md").unlink()
-    from distill import report as report_mod
+    from distill.evaluate import report as report_mod
 
     report_mod.main([str(tmp_path)])
     assert (tmp_path / "report.md").read_text() == md

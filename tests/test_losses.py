@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from distill.losses import (
+from distill.train.losses import (
     LOSS_NAMES,
     TAIL_FLOOR,
     coarsen,

@@ -30,8 +30,10 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from decode.targets import VOCAB_MAP_FILE, draft_from_layers
-from distill import compat, modelcard, publish
+from decode.draft_folder import VOCAB_MAP_FILE
+from decode.targets import draft_from_layers
+from distill import publish
+from distill.publish import compat, modelcard
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_standinSECRETtoken0123456789"

@@ -158,7 +158,7 @@ def test_failed_train_stage_cancels_eval(cluster, tiny, tmp_path):
 
 @pytest.mark.slow
 def test_collect_array_resubmitted_after_a_kill_has_every_prompt_once(cluster, tiny, tmp_path):
-    from distill.shards import load_collected, shard_meta
+    from distill.collect.shards import load_collected, shard_meta
 
     out = tmp_path / "out"
     data = out / "collect"

@@ -22,9 +22,8 @@ import torch
 from safetensors.torch import load_file
 
 from decode.errors import UserError
-from distill import checkpoints, losses
 from distill import config as configlib
-from distill.train import TrainConfig, lr_at, main, train
+from distill.train import TrainConfig, checkpoints, losses, lr_at, main, train
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("torch_single_thread")  # tiny models: one thread is faster on a busy box
@@ -195,7 +194,7 @@ def test_run_logs_metrics_and_writes_checkpoints(run_a, tiny_collected):
 def test_export_works_as_transformers_assistant_model(run_a, tiny_collected):
     from transformers import AutoModelForCausalLM
 
-    from distill.shards import load_collected
+    from distill.collect.shards import load_collected
 
     target = AutoModelForCausalLM.from_pretrained(tiny_collected.target, dtype=torch.float32).eval()
     draft, info = AutoModelForCausalLM.from_pretrained(

@@ -2,7 +2,7 @@
 
 Small targets repeat their prompt and themselves: where the context's last two tokens occurred before, the
 token that followed them then is the default target's next token 73% of the time, at 38% of its held-out
-positions (distill.copy_probe). Copying needs an induction circuit: previous-token heads feeding a head that
+positions (distill.train.copy_probe). Copying needs an induction circuit: previous-token heads feeding a head that
 matches "the tokens before position n" against "the latest tokens" and reads out token n. Gradient descent
 does not form one in a few hundred CPU steps (random-span copy stayed at 0.1-3% in every attempt), so this
 module writes one into the draft before training, and training tunes it.

@@ -10,7 +10,7 @@
 `prune` is Sheared-LLaMA-style structured width pruning: hidden channels, FFN channels and attention heads
 (whole KV groups, then query heads within each kept group) are ranked by mean activation magnitude of the
 target on collected data, and the top ones are kept. A reduced vocabulary keeps the matching rows of the
-embedding and head; `vocab_map[i]` is the target id of draft id i (stored as draft_vocab.json).
+embedding and head; `vocab_map[i]` is the target id of draft id i (stored as decode.draft_folder.VOCAB_MAP_FILE).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from decode import latency
+from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.targets import draft_from_layers, load_model
-from distill import batches
 
 
 @dataclass
@@ -260,7 +260,7 @@ def build_draft(design: DraftDesign, target, tokenizer, sequences=None, seed: in
 
 def _with_copy_circuit(draft, sequences, vocab_map, target_vocab: int, seed: int):
     """The copy circuit on the draft's ids; its sink is the token that starts (nearly) every sequence, if any."""
-    from distill.copy_circuit import add_copy_circuit
+    from distill.train.copy_circuit import add_copy_circuit
 
     first = Counter(s[0] for s in sequences if s).most_common(1)
     sink = first[0][0] if first and first[0][1] >= 0.9 * len(sequences) else None
@@ -274,13 +274,13 @@ def circuit_sample(sequences, vocab_map, target_vocab: int) -> list[list[int]]:
     """The collected sequences the copy circuit measures the residual scale on (at build, and when training
     calibrates it for evaluation and export), in draft ids: out-of-vocabulary inputs as id 0, as batches.collate
     and decode/ read them."""
-    from distill.copy_circuit import SCALE_SEQUENCES
+    from distill.train.copy_circuit import SCALE_SEQUENCES
 
     sample = sequences[:SCALE_SEQUENCES]
     if vocab_map is None:
         return [list(s) for s in sample]
-    t2d = batches.target_to_draft(torch.tensor(vocab_map), target_vocab)
-    return [t2d[torch.tensor(s, dtype=torch.long)].clamp(min=0).tolist() for s in sample]
+    vocab = VocabMap(vocab_map, target_vocab)
+    return [vocab.inputs(torch.tensor(s, dtype=torch.long)).tolist() for s in sample]
 
 
 def apply_freeze(draft, parts: list[str]) -> None:

@@ -1,6 +1,6 @@
 """Benchmark collection throughput against calling `target.generate` one prompt at a time.
 
-    python -m distill.collect_bench --target default --prompts heldout --n 64 --max-new-tokens 64 --topk 32
+    python -m distill.collect.bench --target default --prompts heldout --n 64 --max-new-tokens 64 --topk 32
 
 Same prompts, same process, after a warm-up: (a) HF `generate` per prompt (greedy, no logprobs stored),
 (b) the full `distill.collect` run (batched, top-k logprobs computed and written to shards). Prints both

@@ -1,6 +1,6 @@
 """Does the draft copy? Its teacher-forced agreement split by whether the context could be copied from.
 
-    python -m distill.copy_probe --draft runs/pipeline-default/train/checkpoint-000500/hf \
+    python -m distill.train.copy_probe --draft runs/pipeline-default/train/checkpoint-000500/hf \
         --data runs/pipeline-default/heldout
 
 Small targets repeat their prompt and themselves. Where the last n tokens occurred earlier in the context,
@@ -22,13 +22,14 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.lookup import MAX_NGRAM, longest_match
 from decode.targets import load_draft, load_target
-from distill import batches
+from distill.collect.shards import load_collected
 from distill.config import parse
-from distill.shards import load_collected
-from distill.train import Student
+from distill.train import batches
+from distill.train.student import Student
 
 
 @dataclass
@@ -70,24 +71,24 @@ def summarise(records: list[tuple[int, bool, bool]], max_ngram: int = MAX_NGRAM)
 
 
 @torch.no_grad()
-def _top1(student: Student, vocab_map, t2d, ex: list[dict]) -> tuple[torch.Tensor, dict]:
+def _top1(student: Student, vocab: VocabMap | None, ex: list[dict]) -> tuple[torch.Tensor, dict]:
     """The draft's top-1 (target ids) at every response position of the examples, and the collated batch."""
-    b = batches.collate(ex, t2d)
+    b = batches.collate(ex, vocab)
     pred = student(b["input_ids"], b["attention_mask"], b["sel"]).argmax(-1)  # (N,)
-    return (vocab_map[pred] if vocab_map is not None else pred), b
+    return (vocab.d2t[pred] if vocab is not None else pred), b
 
 
 def probe(cfg: ProbeConfig) -> dict:
     target, tok = load_target(cfg.target)
     d = load_draft(cfg.draft, target, tok)
-    student, vm = Student(d.model.eval()), d.vocab_map
-    t2d = batches.target_to_draft(vm, target.config.vocab_size) if vm is not None else None
+    student = Student(d.model.eval())
+    vocab = VocabMap(d.vocab_map, target.config.vocab_size) if d.vocab_map is not None else None
     ds = load_collected(cfg.data)
     if cfg.rows:
         ds = ds.select(range(min(cfg.rows, len(ds))))
     records = []
     for e in batches.make_examples(ds, cfg.max_seq_len):
-        pred, b = _top1(student, vm, t2d, [e])
+        pred, b = _top1(student, vocab, [e])
         want = b["target_top1"].tolist()
         ctx = e["input_ids"]
         for t, (p, y) in enumerate(zip(pred.tolist(), want)):
@@ -96,12 +97,12 @@ def probe(cfg: ProbeConfig) -> dict:
             records.append((m, m > 0 and upto[end + 1] == y, p == y))
     result = {"draft": cfg.draft, "data": cfg.data, **summarise(records)}
     if cfg.spans:
-        result["random_span_copy"] = span_copy(target, student, vm, t2d, ds, cfg)
+        result["random_span_copy"] = span_copy(target, student, vocab, ds, cfg)
     return result
 
 
 @torch.no_grad()
-def span_copy(target, student: Student, vm, t2d, ds, cfg: ProbeConfig) -> dict:
+def span_copy(target, student: Student, vocab: VocabMap | None, ds, cfg: ProbeConfig) -> dict:
     """Spans of random tokens (drawn from the data's response tokens, so the draft's vocabulary has them) shown
     twice: top-1 agreement with the *copy* on the second showing, for the target and for the draft."""
     rng = random.Random(cfg.seed)
@@ -112,7 +113,7 @@ def span_copy(target, student: Student, vm, t2d, ds, cfg: ProbeConfig) -> dict:
         span = [rng.choice(vocab) for _ in range(cfg.span_len)]
         ex = {"input_ids": span + span[:-1], "start": cfg.span_len - 1, "labels": span, "topk_ids": None,
               "topk_logprobs": None}
-        pred, _ = _top1(student, vm, t2d, [ex])
+        pred, _ = _top1(student, vocab, [ex])
         logits = target(torch.tensor([ex["input_ids"]])).logits[0, cfg.span_len - 1:]  # (span_len, V)
         want = torch.tensor(span)
         got["draft"] += int((pred == want).sum())

@@ -21,12 +21,14 @@ from pathlib import Path
 import torch
 
 from decode.bench import BenchConfig, encode_all, measure_many
+from decode.draft_folder import read_meta
 from decode.errors import UserError
 from decode.smallgemm import WEIGHTS
 from decode.targets import eos_ids, load_draft, load_target
-from distill import checkpoints, plots, report
 from distill import config as configlib
+from distill.evaluate import plots, report
 from distill.prompts import load_prompts, resolve
+from distill.train import checkpoints
 
 
 @dataclass
@@ -90,11 +92,6 @@ def drafts_of_run(run: Path) -> list[tuple[str, int]]:
     return found
 
 
-def _meta(spec: str) -> dict:
-    p = Path(spec) / "specdistill.json"
-    return json.loads(p.read_text()) if p.is_file() else {}
-
-
 def _label(spec: str, step: int | None, lookup: int = 0, candidates: int = 1) -> str:
     if spec.startswith("layers:"):
         name = f"untrained {spec}"
@@ -148,7 +145,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
         todo += found[-1:] if cfg.checkpoints == "last" else found
     todo += [(d, None) for d in cfg.drafts]
     if cfg.anchors:  # the self-speculative baseline: the same target layers, untrained
-        layers = next((m["design"]["layers"] for d, _ in todo if (m := _meta(d)).get("design")), None)
+        layers = next((m["design"]["layers"] for d, _ in todo if (m := read_meta(d)).get("design")), None)
         if isinstance(layers, list):
             todo.append(("layers:" + ",".join(map(str, layers)), None))
 
@@ -185,7 +182,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
               file=sys.stderr)
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
         for e, (spec, step, n, k) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
-            meta = _meta(spec)
+            meta = read_meta(spec)
             e.update(label=_label(spec, step, n, k), step=step if step is not None else meta.get("step"),
                      design=meta.get("design"), trained=not spec.startswith("layers:"))
             entries.append(e)
@@ -217,7 +214,3 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: {e}")
     print(report.headline(result))
     print(json.dumps({k: result[k] for k in ("output", "best", "errors")}))
-
-
-if __name__ == "__main__":
-    main()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from decode.draft_folder import VOCAB_MAP_FILE
 from decode.errors import UserError
-from decode.targets import VOCAB_MAP_FILE
 
 TAGS = ["speculative-decoding", "draft-model", "specdistill"]
 METRICS = (  # (metric_type, pretty name, where in an entry / per_category row)

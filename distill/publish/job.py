@@ -32,12 +32,14 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, GenerationConfig
 
+from decode import draft_folder
+from decode.draft_folder import META_FILE, VOCAB_MAP_FILE, assistant_config
 from decode.errors import UserError
-from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, VOCAB_MAP_FILE, load_target, resolve
-from distill import compat, modelcard
+from decode.options import DecodeOptions
+from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, load_target, resolve
+from distill.publish import compat, modelcard
 
-META_FILE = "specdistill.json"
-DEFAULT_GAMMA = 4  # γ written to generation_config.json when no evaluation says better
+DEFAULT_GAMMA = DecodeOptions.gamma  # γ written to generation_config.json when no evaluation says better
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -77,34 +79,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --- checkpoint
 
 
-def read_checkpoint(draft_dir: Path) -> dict:
-    if not draft_dir.is_dir():
-        raise UserError(f"{draft_dir} is not a folder; give the draft checkpoint folder distill.train wrote")
-    missing = [f for f in ("config.json", META_FILE) if not (draft_dir / f).is_file()]
-    if not _weight_files(draft_dir):
-        missing.append("model.safetensors")
-    if missing:
-        inner = sorted(str(p.parent) for p in draft_dir.glob(f"*/{META_FILE}"))
-        hint = (
-            f"; checkpoints inside it: {', '.join(inner[:5])}"
-            if inner
-            else " (distill.train writes config.json, model.safetensors and specdistill.json into each checkpoint)"
-        )
-        raise UserError(f"{draft_dir} is not a draft checkpoint: it has no {', '.join(missing)}{hint}")
-    try:
-        meta = json.loads((draft_dir / META_FILE).read_text())
-    except json.JSONDecodeError as e:
-        raise UserError(f"{draft_dir / META_FILE} is not valid JSON: {e}") from None
-    return meta
-
-
-def _weight_files(draft_dir: Path) -> list[Path]:
-    index = draft_dir / "model.safetensors.index.json"
-    if index.is_file():
-        return sorted({draft_dir / f for f in json.loads(index.read_text())["weight_map"].values()})
-    return [draft_dir / "model.safetensors"] if (draft_dir / "model.safetensors").is_file() else []
-
-
 def target_hub_id(meta: dict, spec: str) -> str | None:
     """The target's Hub id for `base_model` and the usage snippets, or None when it has none we know of."""
     name = meta.get("target_name") or (DEFAULT_HUB_ID if spec == DEFAULT_TARGET else spec)
@@ -122,7 +96,7 @@ def write_weights(draft_dir: Path, out: Path, dtype: torch.dtype) -> int:
     `loads` check sees it instead of a freshly initialised stand-in.
     """
     tensors = {}
-    for f in _weight_files(draft_dir):
+    for f in draft_folder.weight_files(draft_dir):
         with safe_open(f, framework="pt") as sf:
             for k in sf.keys():
                 t = sf.get_tensor(k)
@@ -149,12 +123,7 @@ def assemble(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int
         if src
         else GenerationConfig.from_model_config(AutoConfig.from_pretrained(out))
     )
-    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = (
-        gamma,
-        "constant",
-        0.0,
-    )
-    gc.save_pretrained(out)
+    assistant_config(gc, gamma).save_pretrained(out)
     tok_dir = Path(target_dir) if Path(target_dir).is_dir() else Path(_download_tokenizer(target_dir))
     copied = [f for f in TOKENIZER_FILES if (tok_dir / f).is_file()]
     if not copied:
@@ -308,7 +277,7 @@ def log_to_wandb(
 
 def publish(args: argparse.Namespace) -> dict:
     check_repo_id(args.repo_id)
-    meta = read_checkpoint(args.draft_dir)
+    meta = draft_folder.require(args.draft_dir)
     token = None if args.dry_run else get_token()  # fail before any slow work
     if args.dry_run and args.dry_run.exists() and any(args.dry_run.iterdir()):
         raise UserError(
@@ -402,7 +371,3 @@ def main(argv=None) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    main()

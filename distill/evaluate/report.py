@@ -1,6 +1,6 @@
 """Turning an evaluation result into what people read: report.md, a headline, W&B tables.
 
-    python -m distill.report EVAL_DIR      # rewrite EVAL_DIR/report.md from its report.json (no re-measuring)
+    python -m distill.evaluate.report EVAL_DIR      # rewrite EVAL_DIR/report.md from its report.json (no re-measuring)
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def log_wandb(result: dict, pngs: list[Path], project: str, out: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        sys.exit("usage: python -m distill.report EVAL_DIR   (a folder written by distill.evaluate)")
+        sys.exit("usage: python -m distill.evaluate.report EVAL_DIR   (a folder written by distill.evaluate)")
     out = Path(argv[0])
     if not (out / "report.json").is_file():
         sys.exit(f"error: {out / 'report.json'} not found; run python -m distill.evaluate --output {out} first")

@@ -17,16 +17,16 @@ Each check answers one question a user of the published draft would otherwise fi
 
 from __future__ import annotations
 
-import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from decode.draft_folder import VOCAB_MAP_FILE, assistant_config, read_vocab_map
 from decode.errors import UserError
-from decode.targets import VOCAB_MAP_FILE, check_tokenizers
+from decode.prompts import encode_prompt
+from decode.targets import check_tokenizers, eos_ids
 
 # Decoder-only architectures vLLM serves (a subset of vllm/model_executor/models/registry.py): the families a
 # draft cut from or distilled for a common target will have. A draft is loaded by vLLM through this name.
@@ -150,15 +150,6 @@ def check_tokenizer(folder: Path, draft_dir: Path, target_tok, vocab_map: list[i
 # --- lossless
 
 
-def _prompt_ids(tokenizer, text: str) -> list[int]:
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-    return tokenizer(text)["input_ids"]
-
-
 @torch.inference_mode()
 def check_lossless(
     target,
@@ -171,17 +162,10 @@ def check_lossless(
     """Greedy speculative output must equal the target's own greedy output, token for token."""
     how = "transformers assisted generation" if vocab_map is None else "bundled decoder (reduced vocabulary)"
     if vocab_map is None:
-        # transformers reads these from the assistant's generation_config and ignores generate() kwargs for them
-        gc = copy.deepcopy(draft.generation_config)
-        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = (
-            gamma,
-            "constant",
-            0.0,
-        )
-        draft.generation_config = gc
+        draft.generation_config = assistant_config(draft.generation_config, gamma)
     greedy = dict(do_sample=False, max_new_tokens=max_new_tokens, temperature=None, top_p=None, top_k=None)
     for text in LOSSLESS_PROMPTS:
-        ids = _prompt_ids(tokenizer, text)
+        ids = encode_prompt(tokenizer, {"messages": [{"role": "user", "content": text}]})
         x = torch.tensor([ids], device=target.device)
         mask = torch.ones_like(x)
         try:
@@ -193,8 +177,7 @@ def check_lossless(
             else:  # the bundled decoder, target alone vs with the draft (same forward code, so only speculation differs)
                 from decode.speculative import generate
 
-                eos = target.generation_config.eos_token_id
-                eos = (eos,) if isinstance(eos, int) else tuple(eos or ())
+                eos = eos_ids(target, tokenizer)
                 vm = torch.tensor(vocab_map, dtype=torch.long, device=target.device)
                 ref, _ = generate(target, None, ids, max_new_tokens, eos_token_ids=eos)
                 out, _ = generate(
@@ -320,9 +303,7 @@ def check_vllm(config, target_config, reduced_vocab: bool) -> Check:
 
 def run_checks(folder: Path, draft_dir: Path, target, target_tok, gamma: int) -> list[Check]:
     """Every check on the assembled folder; a check that cannot run because the model did not load fails too."""
-    vocab_map = None
-    if (folder / VOCAB_MAP_FILE).is_file():
-        vocab_map = json.loads((folder / VOCAB_MAP_FILE).read_text())["draft_to_target"]
+    vocab_map = read_vocab_map(folder)
     draft, loads = load_published(folder)
     checks = [loads, check_tokenizer(folder, draft_dir, target_tok, vocab_map)]
     if draft is None:

@@ -12,12 +12,7 @@ import random
 
 import torch
 
-
-def target_to_draft(d2t: torch.Tensor, target_vocab: int) -> torch.Tensor:
-    """(V_draft,) draft id -> target id  =>  (V_target,) target id -> draft id, -1 outside the draft vocabulary."""
-    t2d = torch.full((target_vocab,), -1, dtype=torch.long)
-    t2d[d2t] = torch.arange(len(d2t))
-    return t2d
+from decode.draft_folder import VocabMap
 
 
 def make_examples(ds, max_seq_len: int) -> list[dict]:
@@ -68,7 +63,7 @@ def micro_batch(examples: list[dict], order_fn, step: int, accum: int, world: in
         epoch += 1
 
 
-def collate(batch: list[dict], t2d: torch.Tensor | None, pad_id: int = 0) -> dict:
+def collate(batch: list[dict], vocab: VocabMap | None, pad_id: int = 0) -> dict:
     """Right-padded inputs plus flat (N = sum of response lengths) teacher targets.
 
     input_ids, attention_mask: (B, T), student-space ids; sel: (N,) flat indices into B*T of the predicting positions;
@@ -89,15 +84,15 @@ def collate(batch: list[dict], t2d: torch.Tensor | None, pad_id: int = 0) -> dic
             tk_ids.extend(e["topk_ids"])
             tk_lp.extend(e["topk_logprobs"])
     labels = torch.tensor(labels, dtype=torch.long)
-    if t2d is not None:  # a reduced-vocabulary draft reads context outside its vocabulary as draft id 0, as decode/ does
-        ids = t2d[ids].clamp(min=0)
+    if vocab is not None:  # a reduced-vocabulary draft reads context outside its vocabulary as draft id 0, as decode/ does
+        ids = vocab.inputs(ids)
     out = {"input_ids": ids, "attention_mask": mask, "sel": torch.tensor(sel, dtype=torch.long)}
     if tk_ids:
         teacher = torch.tensor(tk_ids, dtype=torch.long)
-        out["topk_ids"] = t2d[teacher] if t2d is not None else teacher
+        out["topk_ids"] = vocab.teacher(teacher) if vocab is not None else teacher
         out["topk_logprobs"] = torch.tensor(tk_lp, dtype=torch.float32)
         out["target_top1"] = teacher[:, 0]
     else:
         out["target_top1"] = labels
-    out["labels"] = t2d[labels] if t2d is not None else labels
+    out["labels"] = vocab.teacher(labels) if vocab is not None else labels
     return out

@@ -6,7 +6,7 @@
     python -m distill.collect --generator runs/train/checkpoint-400/hf ...  # on-policy: draft writes, target scores
 
 Killing it at any moment and rerunning the same command finishes with every prompt exactly once.
-The dataset layout is documented in distill/shards.py; `load_collected(OUT)` returns it as one Dataset.
+The dataset layout is documented in distill/collect/shards.py; `load_collected(OUT)` returns it as one Dataset.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.prompts import check_context, encode_prompt
 from decode.sampling import SamplingParams
-from decode.speculative import DraftVocab
 from decode.targets import eos_ids, load_draft, load_target
 from distill import config as configlib
-from distill import shards
-from distill.batchgen import generate_batch, score_batch
+from distill.collect import shards
+from distill.collect.generation import generate_batch, score_batch
 from distill.prompts import load_prompts, split_response
 
 
@@ -135,7 +135,7 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
     generator_model, gvocab = None, None
     if cfg.generator:
         d = load_draft(cfg.generator, target, tok, device=device)
-        generator_model, gvocab = d.model, DraftVocab(d.vocab_map, vocab)
+        generator_model, gvocab = d.model, VocabMap(d.vocab_map, vocab)
     source = "score" if cfg.mode == "score" else ("on_policy" if cfg.generator else "target")
 
     bar = tqdm(total=len(mine), desc=f"collect[{rank}/{world}]", unit="prompt", mininterval=5)
@@ -212,7 +212,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"collected {info['rows']} prompts, {info['tokens']} tokens at {info['tokens_per_s']} tokens/s "
               f"({info['bytes_per_token']} bytes/token) into {cfg.output}")
         print(json.dumps({k: v for k, v in info.items() if k != "config"}))
-
-
-if __name__ == "__main__":
-    main()

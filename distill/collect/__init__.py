@@ -1,0 +1,11 @@
+"""collect: run the target on prompts and store its outputs with top-k logprobs, resumably, in shards.
+
+    job.py          CollectConfig, run(), main(): `python -m distill.collect`
+    generation.py   batched generation and teacher-forced scoring that keep the target's top-k logprobs
+    shards.py       the collected dataset on disk (atomic shards, exactly-once resume, collect.json)
+    bench.py        `python -m distill.collect.bench`: collection throughput against HF generate
+"""
+
+from distill.collect.job import CollectConfig, finish, main, prepare, run
+
+__all__ = ["CollectConfig", "finish", "main", "prepare", "run"]

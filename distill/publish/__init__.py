@@ -1,0 +1,10 @@
+"""publish: ship a draft to the Hugging Face Hub with its measured numbers, checked to load where users serve it.
+
+    job.py        publish(), main(): `python -m distill.publish DRAFT_DIR --repo-id ORG/NAME`
+    compat.py     the checks run on the assembled folder before anything is uploaded
+    modelcard.py  the model card: measured numbers, design, training, usage
+"""
+
+from distill.publish.job import main, publish
+
+__all__ = ["main", "publish"]
