@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from decode import cli
 from decode.errors import UserError
 from distill import collect, evaluate, train
-from distill import config as configlib
 from distill.evaluate.report import headline
 
 TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` runs
@@ -38,7 +38,7 @@ class PipelineConfig:
     accelerate_config: str | None = field(default=None, metadata={"help": "train under `accelerate launch` with this config"})
     preset: str | None = field(default=None, metadata={"help": "quick = a small first look"})
 
-    SECTIONS = ("collect", "heldout", "train", "evaluate")  # merged key by key: YAML < preset < flag (distill.config)
+    SECTIONS = ("collect", "heldout", "train", "evaluate")  # merged key by key: YAML < preset < flag (decode.cli)
     PRESETS = {
         "quick": {
             "collect": {"limit": 96, "max_new_tokens": 48},
@@ -69,8 +69,8 @@ def data_stages(target: str, out: Path, collect_over: dict, heldout_over: dict):
 def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
-    configlib.save(cfg, out / "pipeline.config.json")
-    s = {k: getattr(cfg, k) for k in cfg.SECTIONS}  # YAML < preset < flags, merged by configlib.parse
+    cli.save(cfg, out / "pipeline.config.json")
+    s = {k: getattr(cfg, k) for k in cfg.SECTIONS}  # YAML < preset < flags, merged by cli.parse
     command = "python -m distill.pipeline " + " ".join(argv)  # recorded by every stage it runs
     timings = {}
 
@@ -90,7 +90,7 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
         yaml_path = out / "train.yaml"
         import yaml
 
-        yaml_path.write_text(yaml.safe_dump(configlib.to_dict(t)))
+        yaml_path.write_text(yaml.safe_dump(cli.to_dict(t)))
         cmd = ["accelerate", "launch", "--config_file", cfg.accelerate_config, str(TRAIN_SCRIPT), "--config", str(yaml_path)]
         print("   " + " ".join(cmd), flush=True)
         if subprocess.run(cmd, env=os.environ.copy()).returncode != 0:
@@ -113,7 +113,7 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        cfg = configlib.parse(PipelineConfig, argv, __doc__)
+        cfg = cli.parse(PipelineConfig, argv, __doc__)
         summary = run(cfg, argv)
     except UserError as e:
         sys.exit(f"error: {e}")

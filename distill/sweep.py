@@ -17,9 +17,9 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from decode import cli
 from decode.errors import UserError
 from distill import collect, evaluate, train
-from distill import config as configlib
 from distill.pipeline import data_stages, stage_config
 
 
@@ -139,7 +139,7 @@ def _command(argv: list[str] | None) -> str | None:
 def run(cfg: SweepConfig, argv: list[str] | None = None) -> list[dict]:
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
-    configlib.save(cfg, out / f"sweep.{cfg.phase}.config.json")
+    cli.save(cfg, out / f"sweep.{cfg.phase}.config.json")
     designs = cfg.all_designs()
     if cfg.phase in ("all", "collect"):
         print(f"== collect once for {len(designs)} designs", flush=True)
@@ -160,7 +160,7 @@ def run(cfg: SweepConfig, argv: list[str] | None = None) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        cfg = configlib.parse(SweepConfig, argv, __doc__)
+        cfg = cli.parse(SweepConfig, argv, __doc__)
         run(cfg, sys.argv[1:] if argv is None else argv)
     except UserError as e:
         sys.exit(f"error: {e}")

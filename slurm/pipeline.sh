@@ -97,7 +97,7 @@ if python -c "import distill" 2>/dev/null; then
 import sys
 
 from decode.errors import UserError
-from distill import config as configlib
+from decode import cli
 from distill.collect import CollectConfig
 from distill.train import TrainConfig
 
@@ -107,7 +107,7 @@ collect_args, rest = args[1:1 + n], args[1 + n:]
 train_args = rest[1:1 + int(rest[0])]
 for name, cls, argv in (("--collect", CollectConfig, collect_args), ("--train", TrainConfig, train_args)):
     try:
-        configlib.parse(cls, argv)
+        cli.parse(cls, argv)
     except (UserError, SystemExit) as e:
         sys.exit(f"error: {name} options: {e} (nothing was submitted)")
 EOF

@@ -1,4 +1,4 @@
-"""distill.config: dataclass defaults < preset < YAML < --key value, and every bad input is a UserError."""
+"""decode.cli (the config mechanism every job uses): dataclass defaults < preset < YAML < --key value, and every bad input is a UserError."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from decode import cli
 from decode.errors import UserError
-from distill import config as configlib
 from distill.collect import CollectConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def parse(argv, cls=CollectConfig):
-    return configlib.parse(cls, argv)
+    return cli.parse(cls, argv)
 
 
 def yaml_file(tmp_path: Path, text: str) -> str:
@@ -78,7 +78,7 @@ def test_shipped_collect_config_parses():
 def test_shipped_train_configs_parse_and_validate(path):
     from distill.train import TrainConfig
 
-    cfg = configlib.parse(TrainConfig, ["--config", str(path)])  # validation runs in __post_init__
+    cfg = cli.parse(TrainConfig, ["--config", str(path)])  # validation runs in __post_init__
     assert cfg.layers == 2 and cfg.loss and cfg.max_steps >= 1
 
 
@@ -216,7 +216,7 @@ def test_unknown_preset_and_preset_without_presets_are_refused(capsys):
 
 def test_save_writes_the_resolved_config_as_json(tmp_path):
     cfg = parse(["--max-new-tokens", "9", "--columns", "{prompt: q}"])
-    configlib.save(cfg, tmp_path / "c.json")
+    cli.save(cfg, tmp_path / "c.json")
     saved = json.loads((tmp_path / "c.json").read_text())
-    assert saved == configlib.to_dict(cfg) == dataclasses.asdict(cfg)
+    assert saved == cli.to_dict(cfg) == dataclasses.asdict(cfg)
     assert CollectConfig(**saved) == cfg  # the saved config rebuilds the same config

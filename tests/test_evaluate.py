@@ -239,14 +239,14 @@ def test_sweep_ranks_designs_and_resumes_without_redoing_finished_ones(tiny_pair
 
 
 def test_pipeline_stage_settings_merge_yaml_then_preset_then_flags():
-    from distill import config as configlib
+    from decode import cli
     from distill import pipeline
 
     argv = ["--config", "configs/pipeline/default.yaml", "--preset", "quick", "--train", "{max_steps: 7}"]
-    cfg = configlib.parse(pipeline.PipelineConfig, argv)
+    cfg = cli.parse(pipeline.PipelineConfig, argv)
     s = {k: getattr(cfg, k) for k in pipeline.PipelineConfig.SECTIONS}
     assert s["train"]["max_steps"] == 7 and s["train"]["vocab"] == 8192  # flag wins, the YAML's recipe stays
     assert s["evaluate"]["limit"] == 8 and s["evaluate"]["gamma"] == 2  # preset over the YAML
     assert s["collect"]["limit"] == 96 and s["collect"]["topk"] == 32
     plain = ["--config", "configs/pipeline/default.yaml"]
-    assert configlib.parse(pipeline.PipelineConfig, plain).train["max_steps"] == 550
+    assert cli.parse(pipeline.PipelineConfig, plain).train["max_steps"] == 550

@@ -21,8 +21,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from decode import cli
 from decode.errors import UserError
-from distill import config as configlib
 from distill.train import TrainConfig, checkpoints, losses, lr_at, main, train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def _train(argv: list[str]) -> Path:
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return train(configlib.parse(TrainConfig, argv), argv)
+        return train(cli.parse(TrainConfig, argv), argv)
     finally:
         torch.set_num_threads(n)
 

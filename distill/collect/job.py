@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from decode import cli
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.prompts import check_context, encode_prompt
 from decode.sampling import SamplingParams
 from decode.targets import eos_ids, load_draft, load_target
-from distill import config as configlib
 from distill.collect import shards
 from distill.collect.generation import generate_batch, score_batch
 from distill.prompts import load_prompts, split_response
@@ -122,7 +122,7 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
         raise UserError(f"--topk {cfg.topk} is larger than the target's vocabulary ({vocab})")
     rows = prepare(cfg, tok, target.config.max_position_embeddings)
     shards.guard_settings(out, {**cfg.settings(), "tokenizer": shards.tokenizer_fingerprint(tok)})
-    configlib.save(cfg, out / "collect.config.json")
+    cli.save(cfg, out / "collect.config.json")
 
     rank, world = _rank_world(cfg)
     shards.clean_temp(out, f"r{rank:03d}-")  # a kill mid-write leaves this rank's temp folder behind
@@ -193,7 +193,7 @@ def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: 
         "shards": len(metas),
         "tokens_per_s": round(sum(t / s for t, s in per_rank.values() if s), 2),
         "bytes": sum(f.stat().st_size for f in (out / "shards").rglob("*.arrow")),
-        "config": configlib.to_dict(cfg),
+        "config": cli.to_dict(cfg),
         "command": command or "python -m distill.collect " + " ".join(argv or []),
     }
     info["bytes_per_token"] = round(info["bytes"] / max(tokens, 1), 1)
@@ -204,7 +204,7 @@ def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        cfg = configlib.parse(CollectConfig, argv, __doc__)
+        cfg = cli.parse(CollectConfig, argv, __doc__)
         info = run(cfg, argv)
     except UserError as e:
         sys.exit(f"error: {e}")

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
+from decode import cli
 from decode.bench import BenchConfig, encode_all, measure_many
 from decode.draft_folder import read_meta
 from decode.errors import UserError
 from decode.smallgemm import WEIGHTS
 from decode.targets import eos_ids, load_draft, load_target
-from distill import config as configlib
 from distill.evaluate import plots, report
 from distill.prompts import load_prompts, resolve
 from distill.train import checkpoints
@@ -208,7 +208,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        cfg = configlib.parse(EvalConfig, argv, __doc__)
+        cfg = cli.parse(EvalConfig, argv, __doc__)
         result = run(cfg, argv)
     except UserError as e:
         sys.exit(f"error: {e}")

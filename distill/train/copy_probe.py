@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from decode.cli import parse
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.lookup import MAX_NGRAM, longest_match
 from decode.targets import load_draft, load_target
 from distill.collect.shards import load_collected
-from distill.config import parse
 from distill.train import batches
 from distill.train.student import Student
 

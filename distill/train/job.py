@@ -21,14 +21,13 @@ from pathlib import Path
 
 import torch
 
-from decode import draft_folder
+from decode import cli, draft_folder
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.prompts import encode_prompt
 from decode.sampling import SamplingParams
 from decode.speculative import generate
 from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, load_target
-from distill import config as configlib
 from distill.collect.shards import collect_info, load_collected, tokenizer_fingerprint
 from distill.prompts import load_prompts
 from distill.tracking import Tracker
@@ -116,7 +115,7 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        cfg = configlib.parse(TrainConfig, argv, __doc__)
+        cfg = cli.parse(TrainConfig, argv, __doc__)
         train(cfg, argv)
     except UserError as e:
         sys.exit(f"error: {e}")
@@ -233,7 +232,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     tracker = Tracker(run_dir, asdict(cfg), cfg.report_to, cfg.wandb_project, run_dir.name, enabled=main_proc,
                       resume_id=(state or {}).get("wandb_run_id"))
     if main_proc:
-        configlib.save(cfg, run_dir / "train.config.json")
+        cli.save(cfg, run_dir / "train.config.json")
     command = command or "accelerate launch distill/train.py " + " ".join(argv)
 
     def export(state_dict, hf_dir: Path) -> None:
