@@ -1,22 +1,26 @@
-"""Speculative decoding for HF causal LMs, batch size 1, in four small functions (after gpt-fast).
+"""Speculative decoding for HF causal LMs, batch size 1: generate() is the loop below (after gpt-fast).
 
-One round, with the last emitted token x not yet in the target's KV cache:
-    propose: the draft runs γ steps from x                      -> d_1..d_γ (and q_i when sampling)
-    verify:  one target forward over [x, d_1..d_γ]               -> p_0..p_γ, logits (γ+1, V)
-    accept:  greedy: n = length of the prefix with d_i == argmax p_{i-1}; next = argmax p_n
-             sampled: accept d_i with prob min(1, p(d_i)/q(d_i)); at the first rejection draw from
-             norm(max(p - q, 0)); if all γ pass, draw a bonus token from p_γ. This leaves the output
-             distributed exactly as the target's own sampling (Leviathan et al. 2023, Chen et al. 2023).
+Prefill: the target caches the prompt and picks the first token (the draft caches the prompt too).
+Then rounds, with the last emitted token x not yet in the target's KV cache:
+    propose:  d_1..d_g (and q_i, their proposal probs, when sampling), never past max_new_tokens: from
+              context lookup when the context's suffix occurred before (decode.lookup; g up to
+              max(lookup_tokens, γ)), else from the draft's γ steps from x (g <= γ; the dynamic schedule stops
+              early); none without a draft or lookup (g = 0: the target alone). decode.proposers
+    verify:   one target forward over [x, d_1..d_g]                -> p_0..p_g, logits (g+1, V)
+    accept:   greedy: n = length of the prefix with d_i == argmax p_{i-1}; next = argmax p_n
+              sampled: accept d_i with prob min(1, p(d_i)/q(d_i)); at the first rejection draw from
+              norm(max(p - q, 0)); if all g pass, draw a bonus token from p_g. This leaves the output
+              distributed exactly as the target's own sampling (Leviathan et al. 2023, Chen et al. 2023).
     rollback: both KV caches are cropped to the accepted prefix; nothing accepted is recomputed.
-Emitted per round: d_1..d_n plus next (n + 1 tokens for one target forward). γ = 0 is the target alone.
-With `lookup`, a round first looks for the context's suffix earlier in the context (decode.lookup) and
-proposes what followed it; the draft runs only when there is no match. A lookup proposal is a draft whose
-q is one-hot, so the same accept rule keeps the output exact, greedy or sampled.
+Emitted per round: d_1..d_n plus next (n + 1 tokens for one target forward), until EOS, a stop string or
+max_new_tokens. A lookup proposal is a draft whose q is one-hot, so the same accept rule keeps the output
+exact, greedy or sampled.
 With `candidates` K > 1 (greedy, FastLlama target), the draft's next K - 1 best tokens at the first drafted
-position are verified in the same target forward as siblings of d_1 (a token tree): when the target's token
-there is one of them, it is accepted with the target's next token after it (2 tokens), as when d_1 is
-accepted with γ = 1. On a CPU, where verifying a few more tokens costs little (decode.smallgemm), this lifts
-the tokens per round for the price of K - 1 more verified tokens.
+position are verified in the same target forward as siblings of d_1 (a token tree, logits (g+K, V)): when
+n = 0 and the target's token there is one of them, it is accepted with the target's next token after it
+(2 tokens), as when d_1 is accepted with γ = 1 (decode.proposers.accept_sibling). On a CPU, where verifying a
+few more tokens costs little (decode.smallgemm), this lifts the tokens per round for the price of K - 1 more
+verified tokens.
 """
 
 from __future__ import annotations
@@ -26,15 +30,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from decode.draft_folder import VocabMap
 from decode.errors import UserError
-from decode.lookup import continuation
+from decode.options import DEFAULT_CONFIDENCE, DecodeOptions, check_schedule
+from decode.proposers import ContextLookup, DraftChain, Proposal, Proposer, accept_sibling, sync
 from decode.runners import FAST_MODEL_TYPES, runner_for
 from decode.sampling import SamplingParams, logits_to_probs, sample
-from decode.smallgemm import WEIGHTS
 
-SCHEDULES = ("constant", "heuristic", "dynamic")
-GREEDY = SamplingParams()
-DEFAULT_CONFIDENCE = 0.4  # dynamic schedule: stop drafting once the draft's top probability falls below this
+DEFAULTS = DecodeOptions()  # generate()'s options when none are given (read, never changed)
 
 
 @dataclass
@@ -66,6 +69,22 @@ class Stats:
     def tau(self) -> float:
         """Tokens emitted per verification forward (accepted + 1)."""
         return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
+
+    def record(self, g: int, n: int, looked: bool) -> None:
+        """Count one round that proposed g tokens (by context lookup when `looked`) and accepted n."""
+        self.rounds += 1
+        self.proposed += g
+        self.accepted += n
+        if len(self.accept_histogram) <= n:
+            self.accept_histogram.extend([0] * (n + 1 - len(self.accept_histogram)))
+        self.accept_histogram[n] += 1
+        full = int(g > 0 and n == g)
+        self.full_rounds += full
+        if looked:
+            self.lookup_rounds += 1
+            self.lookup_proposed += g
+            self.lookup_accepted += n
+            self.lookup_full += full
 
     def __iadd__(self, other: Stats) -> Stats:
         for name in ("new_tokens", "rounds", "proposed", "accepted", "target_forwards", "draft_forwards",
@@ -100,76 +119,6 @@ class Stats:
         }
 
 
-class DraftVocab:
-    """Maps between target ids and a reduced draft vocabulary (identity when the draft has the full vocabulary).
-
-    Context tokens outside the draft vocabulary are fed to the draft as draft id 0: the draft sees a slightly
-    lossy context, but verification by the target keeps the output exact.
-    """
-
-    def __init__(self, vocab_map: torch.Tensor | None, target_vocab: int):
-        self.reduced = vocab_map is not None
-        if self.reduced:
-            self.d2t = vocab_map.tolist()
-            self.d2t_tensor = vocab_map
-            t2d = [0] * target_vocab
-            for d, t in enumerate(self.d2t):
-                t2d[t] = d
-            self.t2d = t2d
-            self.target_vocab = target_vocab
-
-    def to_draft(self, ids: list[int]) -> list[int]:
-        return [self.t2d[t] for t in ids] if self.reduced else ids
-
-    def to_target(self, j: int) -> int:
-        return self.d2t[j] if self.reduced else j
-
-    def expand(self, q: torch.Tensor) -> torch.Tensor:
-        """(V_draft,) draft probs -> (V_target,), zero outside the draft vocabulary."""
-        if not self.reduced:
-            return q
-        return torch.zeros(self.target_vocab, dtype=q.dtype, device=q.device).index_copy_(0, self.d2t_tensor, q)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def propose(draft, cache, pending: list[int], gamma: int, sampling: SamplingParams, vocab: DraftVocab,
-            confidence: float, generator, stats: Stats,
-            candidates: int = 1) -> tuple[list[int], torch.Tensor | None, list[int]]:
-    """Run the draft up to γ steps. `pending`: target ids not yet in the draft cache (1, or 2 after a full accept).
-
-    Returns proposals (target ids), when sampling their draft distributions q (g, V_target), and (greedy,
-    candidates > 1) the draft's next candidates - 1 best tokens at the first position (siblings of d_1).
-    The last proposal is never fed back, so the draft cache ends holding pending + d_1..d_{g-1}.
-    """
-    tokens, qs, inp, siblings = [], [], pending, []
-    t0 = time.perf_counter()
-    for _ in range(gamma):
-        logits = draft.forward(vocab.to_draft(inp), cache, 1)[-1]  # (V_draft,)
-        if sampling.greedy:
-            if candidates > 1 and not tokens:
-                top = logits.topk(min(candidates, logits.shape[-1])).indices.tolist()
-                siblings = [vocab.to_target(i) for i in top[1:]]
-            j = int(logits.argmax())
-            conf = float(torch.softmax(logits.float(), -1)[j]) if confidence else 1.0
-        else:
-            q = logits_to_probs(logits, sampling)
-            j = sample(q, generator)
-            conf = float(q[j])
-            qs.append(vocab.expand(q))
-        tokens.append(vocab.to_target(j))
-        inp = tokens[-1:]
-        if conf < confidence:  # dynamic schedule: a doubtful token ends the proposal
-            break
-    _sync(draft.device)
-    stats.draft_seconds += time.perf_counter() - t0
-    stats.draft_forwards += len(tokens)
-    return tokens, (torch.stack(qs) if qs else None), siblings
-
-
 def verify(target, cache, last: int, proposals: list[int], stats: Stats, siblings: list[int] = ()) -> torch.Tensor:
     """One target forward over [last, d_1..d_g] (+ siblings of d_1): logits (g+1 (+s), V) predicting d_1..d_g
     and the token after (then, per sibling, the token after it)."""
@@ -177,7 +126,7 @@ def verify(target, cache, last: int, proposals: list[int], stats: Stats, sibling
     ids = [last] + proposals + list(siblings)
     logits = (target.forward(ids, cache, len(ids), siblings=len(siblings)) if siblings
               else target.forward(ids, cache, len(ids)))
-    _sync(target.device)
+    sync(target.device)
     stats.target_seconds += time.perf_counter() - t0
     stats.target_forwards += 1
     return logits
@@ -214,21 +163,31 @@ def accept_sampled(proposals: list[int], q: torch.Tensor | None, p: torch.Tensor
 
 def accept(proposals: list[int], target_logits: torch.Tensor, sampling: SamplingParams,
            q: torch.Tensor | None = None, generator=None) -> tuple[int, int]:
+    """(g,) proposals, (g+1, V) logits (q: (g, V) when sampling) -> (n accepted, next token), by the rule for
+    `sampling`."""
     if sampling.greedy:
         return accept_greedy(proposals, target_logits)
     return accept_sampled(proposals, q, logits_to_probs(target_logits, sampling), generator)
 
 
+def propose(proposers: list[Proposer], ctx: list[int], g: int, room: int) -> Proposal:
+    """The first proposal of at most g tokens (lookup: max(lookup_tokens, g)) and never more than `room`, from
+    `proposers` in order (context lookup before the draft); an empty one when g <= 0 or none proposes."""
+    for proposer in proposers if g > 0 else ():
+        proposal = proposer.propose(ctx, g, room)
+        if proposal is not None:
+            return proposal
+    return Proposal()
+
+
 class Schedule:
     """How many tokens to draft next round. constant: γ. heuristic: +2 after a full accept, -1 otherwise
-    (as transformers does). dynamic: up to γ, but propose() stops at the first token below `confidence`."""
+    (as transformers does), within [1, 4γ]. dynamic: up to γ, but the draft stops at its first token whose
+    probability is below `confidence`."""
 
     def __init__(self, kind: str, gamma: int, confidence: float = DEFAULT_CONFIDENCE):
-        if kind not in SCHEDULES:
-            raise UserError(f"unknown schedule {kind!r}; choose one of {', '.join(SCHEDULES)}")
-        if gamma < 0:
-            raise UserError(f"gamma must be >= 1 (draft tokens per round), got {gamma}")
-        self.kind, self.gamma, self.max_gamma = kind, gamma, max(gamma, 4 * gamma)
+        check_schedule(kind)
+        self.kind, self.gamma, self.max_gamma = kind, gamma, 4 * gamma
         self.confidence = confidence if kind == "dynamic" else 0.0
 
     def update(self, proposed: int, accepted: int) -> None:
@@ -237,134 +196,81 @@ class Schedule:
 
 
 @torch.inference_mode()
-def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: int = 4,
-             schedule: str = "constant", sampling: SamplingParams = GREEDY,
+def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options: DecodeOptions = DEFAULTS, *,
              eos_token_ids: tuple[int, ...] = (), stop_strings: tuple[str, ...] = (), tokenizer=None,
-             vocab_map: torch.Tensor | None = None, confidence: float = DEFAULT_CONFIDENCE,
-             generator: torch.Generator | None = None, lookup: int = 0,
-             lookup_tokens: int = 0, candidates: int = 1, draft_weights: str = "float32") -> tuple[list[int], Stats]:
-    """Generate up to max_new_tokens after prompt_ids. gamma=0, or draft=None without lookup, runs the target alone.
-
-    lookup: propose from the context when its last `lookup` (or more) tokens occurred before (0 = off);
-    with draft=None that is prompt-lookup decoding on its own. lookup_tokens: how many tokens a lookup proposes
-    (0 = γ); they cost no draft forward, so more than γ usually pays.
-    candidates: the draft's top-K tokens at the first drafted position are all verified (K - 1 siblings of d_1
-    in the same target forward; greedy only, and the target must run on FastLlama; 1 = a plain chain).
-    draft_weights: float16 or int8 runs a llama-family draft with weights stored so on a CPU (decode.smallgemm):
-    about a half or a third of the draft step, slightly different draft numerics (acceptance may move; the output
-    stays the target's).
+             vocab_map: torch.Tensor | None = None,
+             generator: torch.Generator | None = None) -> tuple[list[int], Stats]:
+    """Up to max_new_tokens after prompt_ids (the module docstring's loop; knobs: decode.options.DecodeOptions).
 
     target/draft: HF causal LMs or runners (decode.runners); llama-family models run on the lean FastLlama path.
+    draft=None without options.lookup runs the target alone; with lookup it is prompt-lookup decoding on its own.
+    vocab_map: (N,) target id of each draft id for a reduced-vocabulary draft (decode.targets.Draft.vocab_map).
     Returns the new token ids (ending with EOS if one was produced) and the call's Stats.
     """
+    target = runner_for(target)
+    _check_call(target, max_new_tokens, options, stop_strings, tokenizer)
+    sampling, eos, stats, start = options.sampling, set(eos_token_ids), Stats(), time.perf_counter()
+    sched = Schedule(options.schedule, options.gamma if draft is not None or options.lookup else 0, options.confidence)
+    # room for the longest verification: 4γ drafts and K - 1 siblings past the last kept token
+    max_len = len(prompt_ids) + max_new_tokens + sched.max_gamma + options.candidates + 2
+
+    t_cache = target.new_cache(max_len)
+    t0 = time.perf_counter()
+    logits = target.forward(prompt_ids, t_cache, 1)  # (1, V)
+    sync(target.device)
+    stats.target_seconds += time.perf_counter() - t0
+    stats.target_forwards += 1
+    out = [accept([], logits, sampling, None, generator)[1]]
+    proposers = _proposers(draft, options, sched, VocabMap(vocab_map, logits.shape[-1]), prompt_ids, out[0],
+                           max_len, logits.device, generator, stats)
+
+    done = _stop_at(out, 0, eos, stop_strings, tokenizer, max_new_tokens)
+    while not done:
+        room = max_new_tokens - len(out) - 1  # a proposal stops short of max_new_tokens: `nxt` is the +1
+        proposal = propose(proposers, prompt_ids + out, min(sched.gamma, room), room)
+        g = len(proposal.tokens)
+        logits = verify(target, t_cache, out[-1], proposal.tokens, stats, proposal.siblings)  # (g + 1 + S, V)
+        n, nxt = accept(proposal.tokens, logits[:g + 1], sampling, proposal.q, generator)
+        kept, nxt = accept_sibling(proposal, n, nxt, logits, t_cache, stats)  # d_1..d_n, or [s_j] in d_1's slot
+        # rollback: the target cache keeps [.., last] + kept (nxt is the next round's last); each proposer catches up
+        drop = g + len(proposal.siblings) - len(kept)
+        if drop:
+            t_cache.crop(-drop)
+        for proposer in proposers:
+            proposer.advance(proposal, kept, nxt)
+        stats.record(g, len(kept), proposal.source == "lookup")
+        sched.update(g, len(kept))
+        first_new = len(out)
+        out += kept + [nxt]
+        done = _stop_at(out, first_new, eos, stop_strings, tokenizer, max_new_tokens)
+
+    stats.new_tokens, stats.seconds = len(out), time.perf_counter() - start
+    return out, stats
+
+
+def _check_call(target, max_new_tokens: int, options: DecodeOptions, stop_strings, tokenizer) -> None:
+    """The checks that need more than the options (DecodeOptions checks those)."""
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if stop_strings and tokenizer is None:
         raise UserError("stop_strings need the tokenizer to decode text")
-    if lookup < 0:
-        raise UserError(f"lookup must be >= 0 (n-gram length matched in the context; 0 = off), got {lookup}")
-    if candidates < 1:
-        raise UserError(f"candidates must be >= 1 (the draft's top-K verified at the first position), got {candidates}")
-    if draft_weights not in WEIGHTS:
-        raise UserError(f"draft_weights must be one of {', '.join(WEIGHTS)}, got {draft_weights!r}")
-    if candidates > 1 and not sampling.greedy:
-        raise UserError("candidates > 1 is for greedy decoding (temperature 0); sampled verification of several "
-                        "candidates is not implemented: use candidates=1")
-    if draft is None and not lookup:
-        gamma = 0
-    sched = Schedule(schedule, gamma, confidence)
-    target = runner_for(target)
-    if candidates > 1 and not target.tree:
+    if options.candidates > 1 and not target.tree:
         raise UserError(f"candidates > 1 needs the lean FastLlama target runner ({', '.join(FAST_MODEL_TYPES)} models "
                         "without sliding windows); this target runs on HFRunner: use candidates=1")
-    # room for the longest verification: γ drafts and K - 1 siblings past the last kept token
-    max_len = len(prompt_ids) + max_new_tokens + sched.max_gamma + candidates + 2
-    stats = Stats()
-    start = time.perf_counter()
-    eos = set(eos_token_ids)
 
-    # --- prefill: the target caches the prompt and picks the first token
-    t_cache = target.new_cache(max_len)
-    t0 = time.perf_counter()
-    logits = target.forward(prompt_ids, t_cache, 1)  # (1, V)
-    _sync(target.device)
-    stats.target_seconds += time.perf_counter() - t0
-    stats.target_forwards += 1
-    out = [accept([], logits, sampling, None, generator)[1]]
 
-    vocab = DraftVocab(vocab_map, logits.shape[-1])
-    if gamma and draft is not None:
-        draft = runner_for(draft, weights=draft_weights)
-        d_cache = draft.new_cache(max_len)
-        t0 = time.perf_counter()
-        draft.forward(vocab.to_draft(prompt_ids), d_cache, 1)
-        _sync(draft.device)
-        stats.draft_seconds += time.perf_counter() - t0
-        stats.draft_forwards += 1
-        pending = out[-1:]  # target ids the draft has not seen yet
-
-    done = _stop_at(out, 0, eos, stop_strings, tokenizer, max_new_tokens)
-    while not done:
-        # --- propose (never past max_new_tokens: the round's own next token is the +1)
-        g = min(sched.gamma, max_new_tokens - len(out) - 1) if gamma else 0
-        proposals, q, looked, siblings = [], None, False, []
-        if g > 0 and lookup:
-            proposals = continuation(prompt_ids + out, lookup, min(max(lookup_tokens, g), max_new_tokens - len(out) - 1))
-            looked = bool(proposals)
-            if looked and not sampling.greedy:  # a deterministic proposal: q is one-hot, (g, V)
-                q = torch.zeros(len(proposals), logits.shape[-1], device=logits.device)
-                q[torch.arange(len(proposals)), torch.tensor(proposals)] = 1.0
-        if g > 0 and not looked and draft is not None:
-            proposals, q, siblings = propose(draft, d_cache, pending, g, sampling, vocab, sched.confidence, generator,
-                                             stats, candidates)
-        g = len(proposals)
-        # --- verify + accept
-        logits = verify(target, t_cache, out[-1], proposals, stats, siblings)
-        n, nxt = accept(proposals, logits[:g + 1], sampling, q, generator)
-        sib = None
-        if siblings and n == 0 and nxt in siblings:  # the target's token is a sibling of d_1: accept it too
-            j = siblings.index(nxt)
-            sib, nxt = nxt, int(logits[g + 1 + j].argmax())
-            t_cache.move(t_cache.length - len(siblings) + j, t_cache.length - g - len(siblings))
-        # --- roll back the rejected tail: the target cache now holds everything but `nxt`
-        drop = g - n + len(siblings) - (sib is not None)
-        if drop:
-            t_cache.crop(-drop)
-        if gamma and draft is not None:
-            if g == 0 or looked:  # the draft did not run: everything emitted is new to it
-                pending = pending + proposals[:n] + [nxt]
-            elif n == g:  # all accepted: the draft never saw its own last proposal
-                pending = [proposals[-1], nxt]
-            else:
-                if g - 1 - n:
-                    d_cache.crop(-(g - 1 - n))
-                pending = [nxt] if sib is None else [sib, nxt]
-        if sib is not None:  # from here on the round reads as d_1 = sib accepted (n = 1)
-            proposals, n = [sib], 1
-            stats.sibling_accepted += 1
-        # --- bookkeeping and stop conditions
-        stats.rounds += 1
-        stats.proposed += g
-        stats.accepted += n
-        if len(stats.accept_histogram) <= n:
-            stats.accept_histogram.extend([0] * (n + 1 - len(stats.accept_histogram)))
-        stats.accept_histogram[n] += 1
-        full = int(g > 0 and n == g)
-        stats.full_rounds += full
-        if looked:
-            stats.lookup_rounds += 1
-            stats.lookup_proposed += g
-            stats.lookup_accepted += n
-            stats.lookup_full += full
-        sched.update(g, n)
-        first_new = len(out)
-        out.extend(proposals[:n])
-        out.append(nxt)
-        done = _stop_at(out, first_new, eos, stop_strings, tokenizer, max_new_tokens)
-
-    stats.new_tokens = len(out)
-    stats.seconds = time.perf_counter() - start
-    return out, stats
+def _proposers(draft, options: DecodeOptions, sched: Schedule, vocab: VocabMap, prompt_ids: list[int], first: int,
+               max_len: int, device: torch.device, generator, stats: Stats) -> list[Proposer]:
+    """Context lookup (options.lookup > 0), then the draft (when there is one), in the order they are asked."""
+    proposers = []
+    if options.lookup:
+        proposers.append(ContextLookup(options.lookup, options.lookup_tokens, options.sampling, vocab.target_vocab,
+                                       device))
+    if draft is not None:
+        draft = runner_for(draft, weights=options.draft_weights)
+        proposers.append(DraftChain(draft, vocab, prompt_ids, first, max_len, options.sampling, sched.confidence,
+                                    options.candidates, generator, stats))
+    return proposers
 
 
 def _stop_at(out: list[int], first_new: int, eos: set[int], stop_strings, tokenizer, limit: int) -> bool:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from decode.errors import UserError
-from decode.sampling import SamplingParams
+from decode.options import DecodeOptions
 from decode.speculative import generate
 from decode.targets import load_draft
 from distill.train import copy_circuit
@@ -117,7 +117,7 @@ def test_saved_circuit_draft_reloads_and_stays_lossless(draft, tiny_llama, tiny_
     prompt = [1] + list(range(5, 25)) + list(range(5, 15))  # a repeat, so the circuit proposes copies
     want = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                            do_sample=False, max_new_tokens=24, pad_token_id=0)[0, len(prompt):].tolist()
-    got, stats = generate(target, d.model, prompt, 24, 3, sampling=SamplingParams())
+    got, stats = generate(target, d.model, prompt, 24, DecodeOptions(gamma=3))
     assert got == want
     assert stats.proposed > 0
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import decode.speculative as spec
-from decode import SamplingParams, generate
+from decode import DecodeOptions, SamplingParams, generate
 from decode.sampling import logits_to_probs, sample
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -44,11 +44,14 @@ def exact_joint(target, sampling: SamplingParams, n_tokens: int = N_TOKENS) -> t
     return joint
 
 
-def sample_joint(target, draft, sampling, n_samples: int, seed: int, gamma: int = 3, **kw) -> torch.Tensor:
+def sample_joint(target, draft, sampling, n_samples: int, seed: int, gamma: int = 3, vocab_map=None,
+                 **kw) -> torch.Tensor:
     counts = torch.zeros((VOCAB,) * N_TOKENS)
     g = torch.Generator().manual_seed(seed)
+    options = DecodeOptions(gamma=gamma, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                            **kw)
     for _ in range(n_samples):
-        out, _ = generate(target, draft, PROMPT, MAX_NEW, gamma, sampling=sampling, generator=g, **kw)
+        out, _ = generate(target, draft, PROMPT, MAX_NEW, options, vocab_map=vocab_map, generator=g)
         counts[tuple(out[:N_TOKENS])] += 1
     return counts
 

@@ -9,7 +9,7 @@ test_decode_distribution.py.
 import pytest
 import torch
 
-from decode import costmodel, generate
+from decode import DecodeOptions, costmodel, generate
 from decode.lookup import continuation
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -50,7 +50,7 @@ def test_greedy_with_lookup_equals_target_alone(tiny_llama, noisy_copy, gamma, l
         want, _ = generate(target, None, prompt, 24)
         for d in (draft, None):  # with the draft, and prompt-lookup decoding on its own
             for n in (1, 2):
-                out, st = generate(target, d, prompt, 24, gamma, lookup=n, lookup_tokens=lookup_tokens)
+                out, st = generate(target, d, prompt, 24, DecodeOptions(gamma=gamma, lookup=n, lookup_tokens=lookup_tokens))
                 assert out == want, (seed, d is None, n)
                 assert st.lookup_rounds <= st.rounds and st.lookup_accepted <= st.lookup_proposed
                 assert st.full_rounds >= st.lookup_full
@@ -64,7 +64,7 @@ def test_lookup_rejects_negative_length(tiny_llama):
     from decode.errors import UserError
 
     with pytest.raises(UserError, match="lookup must be >= 0"):
-        generate(tiny_llama(0), None, [1, 2, 3], 4, 2, lookup=-1)
+        generate(tiny_llama(0), None, [1, 2, 3], 4, DecodeOptions(gamma=2, lookup=-1))
 
 
 def test_cost_model_with_lookup_reduces_to_its_parts():
@@ -84,7 +84,7 @@ def test_draft_cache_stays_in_step_across_lookup_rounds(tiny_llama):
     for seed in range(4):
         target = tiny_llama(seed, vocab=12)
         prompt = [1, 2, 3, 1, 2]
-        out, st = generate(target, target, prompt, 40, 3, lookup=1, lookup_tokens=2)
+        out, st = generate(target, target, prompt, 40, DecodeOptions(gamma=3, lookup=1, lookup_tokens=2))
         assert out == generate(target, None, prompt, 40)[0]
         assert st.lookup_rounds > 0 and st.lookup_rounds < st.rounds
         assert st.accepted - st.lookup_accepted == st.proposed - st.lookup_proposed, seed

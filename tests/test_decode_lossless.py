@@ -8,7 +8,7 @@ acceptance), always agree (the target itself), and with a reduced vocabulary.
 import pytest
 import torch
 
-from decode import generate
+from decode import DecodeOptions, generate
 from decode.runners import FastLlama, HFRunner, runner_for
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -56,7 +56,7 @@ def test_greedy_speculative_equals_target_alone_random_draft(gamma, schedule, ru
     """Speculative == target alone (== HF generate, checked per seed above). HFRunner is slower: half the seeds."""
     for seed in SEEDS[:: 2 if runner == "hf" else 1]:
         target, draft, prompt, want = random_pairs[seed]
-        out, stats = generate(_wrap(target, runner), _wrap(draft, runner), prompt, N_NEW, gamma, schedule)
+        out, stats = generate(_wrap(target, runner), _wrap(draft, runner), prompt, N_NEW, DecodeOptions(gamma=gamma, schedule=schedule))
         assert out == want, f"seed {seed}"
         assert stats.new_tokens == N_NEW and stats.target_forwards == stats.rounds + 1
         assert stats.proposed == stats.draft_forwards - 1  # + the draft's prefill
@@ -74,7 +74,7 @@ def test_greedy_lossless_with_partial_acceptance(gamma, schedule, runner, tiny_l
         draft = noisy_copy(target, seed)
         prompt = _prompt(seed)
         want, _ = generate(target, None, prompt, 24)
-        out, stats = generate(_wrap(target, runner), _wrap(draft, runner), prompt, 24, gamma, schedule)
+        out, stats = generate(_wrap(target, runner), _wrap(draft, runner), prompt, 24, DecodeOptions(gamma=gamma, schedule=schedule))
         assert out == want, f"seed {seed}"
         partial += sum(stats.accept_histogram[1:gamma])  # rounds that accepted some but not all of γ
         accepted, proposed = accepted + stats.accepted, proposed + stats.proposed
@@ -89,8 +89,8 @@ def test_mixed_runners_lossless(tiny_llama, noisy_copy):
     draft = noisy_copy(target, 3)
     prompt = _prompt(3)
     want, _ = generate(target, None, prompt, 20)
-    assert generate(FastLlama(target), HFRunner(draft), prompt, 20, 4)[0] == want
-    assert generate(HFRunner(target), FastLlama(draft), prompt, 20, 4)[0] == want
+    assert generate(FastLlama(target), HFRunner(draft), prompt, 20, DecodeOptions(gamma=4))[0] == want
+    assert generate(HFRunner(target), FastLlama(draft), prompt, 20, DecodeOptions(gamma=4))[0] == want
 
 
 def test_gpt2_target_lossless_through_hf_runner(hf_greedy):
@@ -115,9 +115,9 @@ def test_gpt2_target_lossless_through_hf_runner(hf_greedy):
     prompt = [5, 6, 7]
     want = hf_greedy(target, prompt, 20)
     for gamma in (1, 3, 5):
-        out, _ = generate(target, draft, prompt, 20, gamma)
+        out, _ = generate(target, draft, prompt, 20, DecodeOptions(gamma=gamma))
         assert out == want
-    out, _ = generate(target, target, prompt, 20, 3)  # full acceptance: the DynamicCache is never cropped
+    out, _ = generate(target, target, prompt, 20, DecodeOptions(gamma=3))  # full acceptance: the DynamicCache is never cropped
     assert out == want
 
 
@@ -132,7 +132,7 @@ def test_draft_equal_to_target_accepts_everything(gamma, runner, tiny_llama):
         prompt = _prompt(seed)
         want, _ = generate(target, None, prompt, n_new)
         out, stats = generate(
-            _wrap(target, runner), _wrap(target, runner), prompt, n_new, gamma, eos_token_ids=()
+            _wrap(target, runner), _wrap(target, runner), prompt, n_new, DecodeOptions(gamma=gamma), eos_token_ids=()
         )
         assert out == want
         assert stats.acceptance_rate == 1.0
@@ -160,12 +160,12 @@ def test_reduced_vocabulary_draft_is_lossless(gamma, schedule, tiny_llama, noisy
         draft.load_state_dict(
             {k: (v[vocab_map] if v.shape[:1] == (97,) else v) for k, v in target.state_dict().items()}
         )
-        out, stats = generate(target, draft, prompt, N_NEW, gamma, schedule, vocab_map=vocab_map)
+        out, stats = generate(target, draft, prompt, N_NEW, DecodeOptions(gamma=gamma, schedule=schedule), vocab_map=vocab_map)
         assert out == want, f"seed {seed}"
         assert all(0 <= t < 97 for t in out)
         # the same through an unrelated reduced-vocabulary draft
         other = tiny_llama(seed + 50, vocab=n_draft)
-        out, _ = generate(target, other, prompt, N_NEW, gamma, schedule, vocab_map=vocab_map)
+        out, _ = generate(target, other, prompt, N_NEW, DecodeOptions(gamma=gamma, schedule=schedule), vocab_map=vocab_map)
         assert out == want
 
 
@@ -181,7 +181,7 @@ def test_reduced_vocabulary_draft_gets_accepted(tiny_llama):
         {k: (v[vocab_map] if v.shape[:1] == (97,) else v) for k, v in target.state_dict().items()}
     )
     # restricting the head to a subset keeps the argmax whenever the argmax is in the subset
-    out, stats = generate(target, draft, prompt, 13, 3, vocab_map=vocab_map)
+    out, stats = generate(target, draft, prompt, 13, DecodeOptions(gamma=3), vocab_map=vocab_map)
     assert out == want
     assert stats.acceptance_rate == 1.0
 
@@ -213,7 +213,7 @@ def test_sliding_window_model_is_lossless(sliding_window, hf_greedy):
     prompt = list(range(3, 23))
     want = hf_greedy(target, prompt, 20)
     for gamma in (4, 8):
-        out, _ = generate(target, draft, prompt, 20, gamma)
+        out, _ = generate(target, draft, prompt, 20, DecodeOptions(gamma=gamma))
         assert out == want, f"gamma {gamma}"
 
 
@@ -228,7 +228,7 @@ def test_greedy_lossless_with_sibling_candidates(gamma, candidates, tiny_llama, 
         draft = noisy_copy(target, seed)
         prompt = _prompt(seed)
         want, _ = generate(target, None, prompt, 24)
-        out, stats = generate(target, draft, prompt, 24, gamma, candidates=candidates)
+        out, stats = generate(target, draft, prompt, 24, DecodeOptions(gamma=gamma, candidates=candidates))
         assert out == want, f"seed {seed}"
         assert stats.new_tokens == 24 and sum(stats.accept_histogram) == stats.rounds
         siblings, rounds = siblings + stats.sibling_accepted, rounds + stats.rounds
@@ -240,7 +240,7 @@ def test_many_candidates_fit_the_cache_to_the_last_token(tiny_llama, noisy_copy)
     target = tiny_llama(1)
     draft = noisy_copy(target, 1)
     want, _ = generate(target, None, [4, 5, 6], 12)
-    assert generate(target, draft, [4, 5, 6], 12, 1, candidates=20)[0] == want
+    assert generate(target, draft, [4, 5, 6], 12, DecodeOptions(gamma=1, candidates=20))[0] == want
 
 
 def test_sibling_forward_matches_separate_forwards(tiny_llama):
@@ -271,7 +271,7 @@ def test_rounded_draft_weights_stay_lossless(tiny_llama, noisy_copy, weights):
         prompt = _prompt(seed)
         want, _ = generate(target, None, prompt, 24)
         for gamma in (1, 3):
-            out, stats = generate(target, draft, prompt, 24, gamma, draft_weights=weights)
+            out, stats = generate(target, draft, prompt, 24, DecodeOptions(gamma=gamma, draft_weights=weights))
             assert out == want
             accepted += stats.accepted
     assert accepted > 0  # the rounded draft still proposes tokens the target takes
@@ -282,17 +282,16 @@ def test_unknown_draft_weights_refused(tiny_llama):
 
     target = tiny_llama(0)
     with pytest.raises(UserError, match="draft_weights must be one of float32, float16, int8"):
-        generate(target, target, _prompt(0), 4, 2, draft_weights="int4")
+        generate(target, target, _prompt(0), 4, DecodeOptions(gamma=2, draft_weights="int4"))
 
 
 def test_candidates_refused_where_they_cannot_work(tiny_llama):
     from decode.errors import UserError
-    from decode.sampling import SamplingParams
 
     target = tiny_llama(0)
     with pytest.raises(UserError, match="FastLlama"):
-        generate(HFRunner(target), target, [1, 2, 3], 8, 2, candidates=3)
+        generate(HFRunner(target), target, [1, 2, 3], 8, DecodeOptions(gamma=2, candidates=3))
     with pytest.raises(UserError, match="greedy"):
-        generate(target, target, [1, 2, 3], 8, 2, sampling=SamplingParams(temperature=1.0), candidates=3)
+        generate(target, target, [1, 2, 3], 8, DecodeOptions(gamma=2, temperature=1.0, candidates=3))
     with pytest.raises(UserError, match=">= 1"):
-        generate(target, target, [1, 2, 3], 8, 2, candidates=0)
+        generate(target, target, [1, 2, 3], 8, DecodeOptions(gamma=2, candidates=0))

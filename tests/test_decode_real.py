@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from decode import generate
+from decode import DecodeOptions, generate
 from decode.prompts import encode_prompt, read_prompts
 from decode.targets import eos_ids as _eos_ids
 from decode.targets import load_draft, load_target
@@ -43,7 +43,7 @@ def test_layer_draft_greedy_equals_target_alone_and_hf_generate(default_target, 
     eos = _eos_ids(target, tok)
     for ids in prompts:
         alone, _ = generate(target, None, ids, N_NEW, eos_token_ids=eos)
-        out, stats = generate(target, draft.model, ids, N_NEW, 4, eos_token_ids=eos)
+        out, stats = generate(target, draft.model, ids, N_NEW, DecodeOptions(gamma=4), eos_token_ids=eos)
         assert out == alone
         assert stats.proposed > 0
         x = torch.tensor([ids])
@@ -68,12 +68,13 @@ def test_default_draft_is_the_target_and_accepts_everything(default_target, prom
     assert draft.model is target
     gamma, k = 4, 3
     alone, _ = generate(target, None, prompts[0], 1 + k * (gamma + 1), eos_token_ids=())
-    out, stats = generate(target, draft.model, prompts[0], 1 + k * (gamma + 1), gamma, eos_token_ids=())
+    out, stats = generate(target, draft.model, prompts[0], 1 + k * (gamma + 1), DecodeOptions(gamma=gamma),
+                            eos_token_ids=())
     assert out == alone
     assert stats.acceptance_rate == 1.0 and stats.tau == gamma + 1
 
 
-# DESIGN.md "Bench / evaluation result"
+# docs/architecture.md, "Evaluation folder and result JSON"
 BENCH_KEYS = set(
     "target draft device dtype prompts max_new_tokens temperature gamma schedule baseline speculative hf_assisted"
     " speedup speedup_vs_hf_assisted lossless per_category cost_model".split()

@@ -1,7 +1,7 @@
 """The model card of a published draft: measured numbers (model-index), design, training, commands, usage.
 
 The numbers come from an evaluation report (`python -m distill.evaluate`, EVAL_DIR/report.json): one entry per
-draft × γ with the bench schema of DESIGN.md. The card's headline is the γ with the best measured speedup; the
+draft × γ with the result schema of docs/architecture.md. The card's headline is the γ with the best measured speedup; the
 model-index holds, per prompt category (plus "all"), the acceptance rate α, τ and the speedup at that γ, with
 the hardware, γ and dtype in each metric's config/args, so the numbers never travel without their conditions.
 """
@@ -270,12 +270,13 @@ specdistill's bundled decoder, which maps ids in both directions and stays lossl
 ```python
 from huggingface_hub import snapshot_download
 from decode.targets import load_target, load_draft
+from decode.options import DecodeOptions
 from decode.speculative import generate
 
 target, tok = load_target("{target_id}")
 draft = load_draft(snapshot_download("{repo_id}"), target, tok)
 ids = tok.apply_chat_template([{{"role": "user", "content": "Hello!"}}], add_generation_prompt=True)
-out, stats = generate(target, draft.model, ids, max_new_tokens=128, gamma={gamma}, vocab_map=draft.vocab_map)
+out, stats = generate(target, draft.model, ids, 128, DecodeOptions(gamma={gamma}), vocab_map=draft.vocab_map)
 print(tok.decode(out), stats.tau)
 ```"""
     return f"""## Usage

@@ -1,0 +1,72 @@
+"""Every decoding knob with its default, help text and check, defined once (generate, decode.bench, distill read them).
+
+The checks raise UserError with the command-line flag's name and the fix, so a config built from flags and a
+DecodeOptions built in Python fail alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from decode.errors import UserError
+from decode.sampling import SamplingParams
+from decode.smallgemm import WEIGHTS
+
+SCHEDULES = ("constant", "heuristic", "dynamic")
+DEFAULT_CONFIDENCE = 0.4  # dynamic schedule: stop drafting once the draft's top probability falls below this
+
+
+def check_schedule(kind: str) -> None:
+    if kind not in SCHEDULES:
+        raise UserError(f"unknown schedule {kind!r}: --schedule must be one of {', '.join(SCHEDULES)}")
+
+
+@dataclass
+class DecodeOptions:
+    gamma: int = field(default=4, metadata={"help": "γ: draft tokens proposed per round (the most, for heuristic and "
+                                                    "dynamic schedules)"})
+    schedule: str = field(default="constant", metadata={"help": "constant: γ every round | heuristic: +2 after a full "
+                                                              "accept, -1 otherwise | dynamic: stop drafting at the "
+                                                              "first doubtful token (--confidence)"})
+    confidence: float = field(default=DEFAULT_CONFIDENCE, metadata={"help": "dynamic schedule: stop drafting once the "
+                                                                          "draft's top probability falls below this"})
+    lookup: int = field(default=0, metadata={"help": "also propose from the context when its last N tokens occurred "
+                                                     "before (decode.lookup; 0 = off)"})
+    lookup_tokens: int = field(default=0, metadata={"help": "tokens per lookup proposal (0 = γ); they cost no draft "
+                                                            "forward, so more than γ usually pays"})
+    candidates: int = field(default=1, metadata={"help": "the draft's top-K tokens verified at the first drafted "
+                                                         "position (greedy, FastLlama target; 1 = a plain chain)"})
+    draft_weights: str = field(default="float32", metadata={"help": "float32 | float16 | int8: a llama-family draft "
+                                                                    "runs with weights stored so on CPU "
+                                                                    "(decode.smallgemm: a cheaper draft step)"})
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy (the output is the target's, token for "
+                                                              "token)"})
+    top_k: int = field(default=0, metadata={"help": "sample among the k most likely tokens (0 = off)"})
+    top_p: float = field(default=1.0, metadata={"help": "sample within this probability mass (1 = off)"})
+
+    def __post_init__(self):
+        greedy = self.sampling.greedy  # SamplingParams checks temperature, top_k and top_p
+        if self.gamma < 1:
+            raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
+        check_schedule(self.schedule)
+        if not 0 <= self.confidence <= 1:
+            raise UserError(f"--confidence must be in [0, 1] (the dynamic schedule's threshold on the draft's top "
+                            f"probability), got {self.confidence}")
+        if self.lookup < 0:
+            raise UserError(f"--lookup must be >= 0 (context n-gram length; 0 = off), got {self.lookup}")
+        if self.lookup_tokens < 0:
+            raise UserError(f"--lookup-tokens must be >= 0 (tokens per lookup proposal; 0 = γ), got {self.lookup_tokens}")
+        if self.candidates < 1:
+            raise UserError(f"--candidates must be >= 1 (the draft's top-K verified at the first drafted position; "
+                            f"1 = a plain chain), got {self.candidates}")
+        if self.draft_weights not in WEIGHTS:
+            names = ", ".join(WEIGHTS)
+            raise UserError(f"--draft-weights must be one of {names}, got {self.draft_weights!r} "
+                            f"(in Python: draft_weights must be one of {names})")
+        if self.candidates > 1 and not greedy:
+            raise UserError("--candidates > 1 is for greedy decoding (sampled verification of several candidates "
+                            "is not implemented): use --temperature 0 or --candidates 1")
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p)

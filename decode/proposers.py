@@ -1,0 +1,141 @@
+"""Where a round's proposal d_1..d_g comes from, and what each source does once the target has accepted some of it.
+
+    ContextLookup  the tokens that followed the context's suffix earlier in the context (decode.lookup); no model
+                   runs, and q is one-hot when sampling, so the same acceptance rule keeps the output exact
+    DraftChain     the draft model, γ greedy or sampled steps (the dynamic schedule stops at a doubtful token);
+                   with candidates K > 1 also the draft's next K - 1 tokens at d_1's position (siblings of d_1)
+
+Both are a Proposer: generate() asks them in turn for a proposal and tells each, after every round (whoever
+proposed), what the target kept. `accept_sibling` is the siblings' acceptance rule.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from decode.draft_folder import VocabMap
+from decode.lookup import continuation
+from decode.sampling import SamplingParams, logits_to_probs, sample
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device, so that wall-clock time covers its work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class Proposal:
+    """One round's proposal in target ids; empty: the round verifies the last token alone (the target alone)."""
+
+    tokens: list[int] = field(default_factory=list)  # d_1..d_g
+    q: torch.Tensor | None = None  # (g, V_target) proposal probs when sampling, else None
+    siblings: list[int] = field(default_factory=list)  # alternatives to d_1, verified in the same target forward
+    source: str = ""  # "draft" | "lookup" ("" when empty)
+
+
+class Proposer(Protocol):
+    def propose(self, ctx: list[int], g: int, room: int) -> Proposal | None:
+        """A proposal of about g tokens (never more than room) after ctx (prompt + output, target ids), or None."""
+
+    def advance(self, proposal: Proposal, kept: list[int], nxt: int) -> None:
+        """The round verified `proposal`; the target kept `kept` (d_1..d_n or a sibling) and emitted nxt after it."""
+
+
+class ContextLookup:
+    """Proposes what followed the latest earlier occurrence of the context's last `min_ngram` (or more) tokens."""
+
+    def __init__(self, min_ngram: int, tokens: int, sampling: SamplingParams, vocab_size: int, device: torch.device):
+        self.min_ngram, self.tokens, self.sampling = min_ngram, tokens, sampling
+        self.vocab_size, self.device = vocab_size, device
+
+    def propose(self, ctx: list[int], g: int, room: int) -> Proposal | None:
+        """Up to max(lookup_tokens, g) tokens (at most `room`); None when the context has no match.
+        Lookup tokens cost no draft forward, so a proposal may be longer than the draft's g."""
+        tokens = continuation(ctx, self.min_ngram, min(max(self.tokens, g), room))
+        if not tokens:
+            return None
+        q = None
+        if not self.sampling.greedy:  # a deterministic proposal: q is one-hot, (g, V)
+            q = torch.zeros(len(tokens), self.vocab_size, device=self.device)
+            q[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
+        return Proposal(tokens, q, source="lookup")
+
+    def advance(self, proposal: Proposal, kept: list[int], nxt: int) -> None:
+        """Nothing to do: the next lookup reads the context as it is then."""
+
+
+class DraftChain:
+    """The draft model, holding its own KV cache. `pending`: target ids the draft has not seen yet (1 token, 2 after
+    a full accept or a sibling, more after rounds it did not propose); the next proposal starts by feeding them."""
+
+    def __init__(self, draft, vocab: VocabMap, prompt_ids: list[int], first: int, max_len: int,
+                 sampling: SamplingParams, confidence: float, candidates: int, generator, stats):
+        self.draft, self.vocab, self.sampling, self.generator, self.stats = draft, vocab, sampling, generator, stats
+        self.confidence, self.candidates = confidence, candidates
+        self.cache = draft.new_cache(max_len)
+        t0 = time.perf_counter()
+        draft.forward(vocab.to_draft(prompt_ids), self.cache, 1)
+        sync(draft.device)
+        stats.draft_seconds += time.perf_counter() - t0
+        stats.draft_forwards += 1
+        self.pending = [first]
+
+    def propose(self, ctx: list[int], g: int, room: int) -> Proposal:
+        """Run the draft up to g steps from `pending` -> d_1..d_g (target ids), their draft distributions q
+        (g, V_target) when sampling, and (greedy, candidates > 1) the draft's next candidates - 1 best tokens at
+        d_1's position. The last proposal is never fed back: the cache ends holding pending + d_1..d_{g-1}."""
+        tokens, qs, inp, siblings = [], [], self.pending, []
+        t0 = time.perf_counter()
+        for _ in range(g):
+            logits = self.draft.forward(self.vocab.to_draft(inp), self.cache, 1)[-1]  # (V_draft,)
+            if self.sampling.greedy:
+                if self.candidates > 1 and not tokens:
+                    top = logits.topk(min(self.candidates, logits.shape[-1])).indices.tolist()
+                    siblings = [self.vocab.to_target(i) for i in top[1:]]
+                j = int(logits.argmax())
+                conf = float(torch.softmax(logits.float(), -1)[j]) if self.confidence else 1.0
+            else:
+                q = logits_to_probs(logits, self.sampling)
+                j = sample(q, self.generator)
+                conf = float(q[j])
+                qs.append(self.vocab.expand(q))
+            tokens.append(self.vocab.to_target(j))
+            inp = tokens[-1:]
+            if conf < self.confidence:  # dynamic schedule: a doubtful token ends the proposal
+                break
+        sync(self.draft.device)
+        self.stats.draft_seconds += time.perf_counter() - t0
+        self.stats.draft_forwards += len(tokens)
+        return Proposal(tokens, torch.stack(qs) if qs else None, siblings, source="draft")
+
+    def advance(self, proposal: Proposal, kept: list[int], nxt: int) -> None:
+        """Crop the draft cache to what it saw of `kept`; the rest of kept and nxt become pending."""
+        if proposal.source != "draft":  # the draft did not run: everything emitted is new to it
+            self.pending = self.pending + kept + [nxt]
+            return
+        g = len(proposal.tokens)
+        matched = len(kept) if kept == proposal.tokens[:len(kept)] else 0  # 0: a sibling replaced d_1
+        seen = min(matched, g - 1)  # the cache holds pending + d_1..d_{g-1}
+        if g - 1 - seen:
+            self.cache.crop(-(g - 1 - seen))
+        self.pending = kept[seen:] + [nxt]
+
+
+def accept_sibling(proposal: Proposal, n: int, nxt: int, logits: torch.Tensor, t_cache, stats) -> tuple[list[int], int]:
+    """The tokens a round keeps and the token after them, given the chain's n accepted and next token.
+
+    logits: (g + 1 + S, V), the verification of [last, d_1..d_g, s_1..s_S]. When the chain accepted nothing
+    (n == 0) and the target's token there is sibling s_j, s_j is kept in d_1's place: its KV entry moves into
+    d_1's cache slot and its own row gives the next token (2 tokens, as when d_1 is accepted at γ = 1)."""
+    sibs = proposal.siblings
+    if not (sibs and n == 0 and nxt in sibs):
+        return proposal.tokens[:n], nxt
+    j, g = sibs.index(nxt), len(proposal.tokens)
+    t_cache.move(t_cache.length - len(sibs) + j, t_cache.length - g - len(sibs))
+    stats.sibling_accepted += 1
+    return [nxt], int(logits[g + 1 + j].argmax())
