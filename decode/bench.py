@@ -6,96 +6,63 @@
 All three run in one process on the same prompts after a warm-up, interleaved prompt by prompt so that
 machine noise hits them alike; ratios are the result, absolute times are only as good as the machine.
 transformers runs at the same constant γ with no confidence threshold, so both decoders make the same
-proposals and speedup_vs_hf_assisted measures decoder overhead alone. The result JSON (DESIGN.md) is
+proposals and speedup_vs_hf_assisted measures decoder overhead alone. The result JSON (docs/architecture.md) is
 written to --out and printed as the last stdout line.
 """
 
 from __future__ import annotations
 
-import argparse
-import copy
 import json
 import sys
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from decode import costmodel, latency
+from decode import cli, costmodel, latency
+from decode.draft_folder import assistant_config
 from decode.errors import UserError
+from decode.options import DecodeOptions
 from decode.prompts import check_context, encode_prompt, read_prompts
 from decode.sampling import SamplingParams
-from decode.smallgemm import WEIGHTS
-from decode.speculative import DEFAULT_CONFIDENCE, SCHEDULES, Stats, generate
+from decode.speculative import Stats, generate
 from decode.targets import eos_ids, load_draft, load_target
 
 
 @dataclass
-class BenchConfig:
-    target: str = "default"
-    draft: str = "layers:0,1,28,29"
-    prompts: str = "distill/data/heldout.jsonl"
-    out: str | None = None
-    max_new_tokens: int = 64
-    gamma: int = 4
-    schedule: str = "constant"
-    lookup: int = 0  # also propose from the context when its last N tokens occurred before (0 = off)
-    lookup_tokens: int = 0  # tokens per lookup proposal (0 = γ)
-    candidates: int = 1  # the draft's top-K verified at the first drafted position (greedy; decode.speculative)
-    draft_weights: str = "float32"  # float16 | int8: the draft's weights stored so on CPU (decode.smallgemm; a cheaper draft step)
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    limit: int = 0  # first N prompts only (0 = all)
-    device: str = "cpu"
-    dtype: str = "auto"
-    hf_assisted: bool = True
-    chat_template: bool = True
+class BenchConfig(DecodeOptions):
+    """The decoding knobs (DecodeOptions: γ, schedule, lookup, candidates, draft weights, sampling) and the run's."""
+
+    target: str = field(default="default", metadata={"help": "target: default, an HF folder, a Hub id or a .gguf file"})
+    draft: str = field(default="layers:0,1,28,29", metadata={"help": "draft folder, `default` (the target itself) or "
+                                                                     "layers:I,J,... (cut from the target)"})
+    prompts: str = field(default="distill/data/heldout.jsonl", metadata={"help": "JSONL prompt file"})
+    out: str | None = field(default=None, metadata={"help": "write the result JSON here too"})
+    max_new_tokens: int = field(default=64, metadata={"help": "tokens generated per prompt"})
+    seed: int = field(default=0, metadata={"help": "sampling seed (prompt i uses seed + i)"})
+    limit: int = field(default=0, metadata={"help": "first N prompts only (0 = all)"})
+    device: str = field(default="cpu", metadata={"help": "cpu | cuda[:N]"})
+    dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16"})
+    hf_assisted: bool = field(default=True, metadata={"help": "also time transformers' assisted generation"})
+    chat_template: bool = field(default=True, metadata={"help": "apply the tokenizer's chat template"})
 
     def __post_init__(self):
-        if self.gamma < 1:
-            raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
-        if self.schedule not in SCHEDULES:
-            raise UserError(f"--schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.lookup < 0:
-            raise UserError(f"--lookup must be >= 0 (context n-gram length; 0 = off), got {self.lookup}")
+        super().__post_init__()
         if self.max_new_tokens < 1:
             raise UserError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.candidates < 1:
-            raise UserError(f"--candidates must be >= 1 (1 = a plain chain), got {self.candidates}")
-        if self.candidates > 1 and self.temperature > 0:
-            raise UserError("--candidates > 1 is for greedy decoding: use --temperature 0 or --candidates 1")
-        if self.draft_weights not in WEIGHTS:
-            raise UserError(f"--draft-weights must be one of {', '.join(WEIGHTS)}, got {self.draft_weights!r}")
-        SamplingParams(self.temperature, self.top_k, self.top_p)  # validates
 
 
 def parse_args(argv=None) -> BenchConfig:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name, default in asdict(BenchConfig()).items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(default, bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        else:
-            p.add_argument(flag, type=type(default) if default is not None else str, default=default)
-    return BenchConfig(**vars(p.parse_args(argv)))
+    return cli.parse(BenchConfig, argv, __doc__)
 
 
 def _hf_assisted(target, draft, ids, cfg: BenchConfig, sampling: SamplingParams, seed: int, eos: tuple[int, ...]):
-    """transformers' assisted generation at the same γ and schedule as ours.
-
-    transformers reads these settings from the *assistant's* generation_config (kwargs to generate() are
-    ignored there), defaults to 20 tokens with an adaptive threshold, and its heuristic schedule persists
-    across calls; so they are set on a fresh copy of the assistant's config before every call.
-    """
-    gc = copy.deepcopy(draft.generation_config)
-    gc.num_assistant_tokens = cfg.gamma
-    gc.num_assistant_tokens_schedule = "heuristic_transient" if cfg.schedule == "heuristic" else "constant"
-    gc.assistant_confidence_threshold = DEFAULT_CONFIDENCE if cfg.schedule == "dynamic" else 0.0
-    draft.generation_config = gc
+    """transformers' assisted generation at the same γ and schedule as ours, on a fresh copy of the assistant's
+    generation config before every call (decode.draft_folder.assistant_config says why)."""
+    draft.generation_config = assistant_config(draft.generation_config, cfg.gamma, cfg.schedule,
+                                               _hf_confidence(cfg))
     kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=cfg.max_new_tokens, assistant_model=draft,
                   eos_token_id=list(eos), pad_token_id=eos[0] if eos else None)  # stop where our decoder stops
     if not sampling.greedy:
@@ -108,6 +75,11 @@ def _hf_assisted(target, draft, ids, cfg: BenchConfig, sampling: SamplingParams,
     if target.device.type == "cuda":
         torch.cuda.synchronize()
     return y[0, len(ids):].tolist(), time.perf_counter() - t0
+
+
+def _hf_confidence(cfg: BenchConfig) -> float:
+    """transformers' assistant_confidence_threshold for our schedule: ours for dynamic, none otherwise."""
+    return cfg.confidence if cfg.schedule == "dynamic" else 0.0
 
 
 def _rate(tokens: int, seconds: float) -> float:
@@ -126,16 +98,17 @@ def encode_all(rows: list[dict], tok, max_new_tokens: int, max_positions: int, c
 def measure_pair(target, tok, draft, rows: list[dict], encoded: list[list[int]], cfg: BenchConfig,
                  hf_assisted: bool = True, log=None) -> dict:
     """Time target alone, our decoder and (optionally) transformers' assisted generation on the same prompts,
-    interleaved prompt by prompt after a warm-up; return the DESIGN.md result dict for this pair and γ."""
+    interleaved prompt by prompt after a warm-up; return the result dict (docs/architecture.md) for this pair and γ."""
     return measure_many(target, tok, [(draft, cfg, hf_assisted)], rows, encoded, log)[0]
 
 
 def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list[list[int]], log=None) -> list[dict]:
     """Several (draft, BenchConfig, hf_assisted) runs against ONE target-alone baseline: per prompt the target
     alone decodes once, then every run decodes the same prompt, so all ratios share the same baseline and
-    machine noise; returns one DESIGN.md result dict per run. The runs differ in draft, γ and schedule only."""
+    machine noise; returns one result dict (docs/architecture.md) per run. The runs differ in draft, γ and schedule only."""
     first = runs[0][1]
-    sampling = SamplingParams(first.temperature, first.top_k, first.top_p)
+    sampling = first.sampling
+    alone = DecodeOptions(temperature=first.temperature, top_k=first.top_k, top_p=first.top_p)
     for _, c, _ in runs:
         if (c.temperature, c.top_k, c.top_p, c.max_new_tokens, c.seed) != (first.temperature, first.top_k, first.top_p,
                                                                           first.max_new_tokens, first.seed):
@@ -145,13 +118,11 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
 
     def ours(draft, ids, cfg, seed):
         gen = torch.Generator(device=device).manual_seed(seed)
-        if cfg is None:  # the target alone through the same loop (γ = 0)
-            return generate(target, None, ids, first.max_new_tokens, 0, "constant", sampling, eos, generator=gen)
+        if cfg is None:  # the target alone through the same loop (no draft, no lookup: γ = 0)
+            return generate(target, None, ids, first.max_new_tokens, alone, eos_token_ids=eos, generator=gen)
         # no draft but a lookup: prompt-lookup decoding on its own
-        return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, cfg.gamma,
-                        cfg.schedule, sampling, eos, vocab_map=draft.vocab_map if draft is not None else None,
-                        generator=gen, lookup=cfg.lookup, lookup_tokens=cfg.lookup_tokens, candidates=cfg.candidates,
-                        draft_weights=cfg.draft_weights)
+        return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, cfg,
+                        eos_token_ids=eos, vocab_map=draft.vocab_map if draft is not None else None, generator=gen)
 
     # plain transformers cannot use a reduced-vocab draft, and verifies one candidate per position
     do_hf = [hf and d.vocab_map is None and c.candidates == 1 for d, c, hf in runs]
@@ -208,36 +179,10 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
 
 def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_cat: dict, a: dict, hf_on: bool,
            lat: dict, greedy: bool) -> dict:
-    """One DESIGN.md result dict from the accumulated stats of a run."""
+    """One result dict (docs/architecture.md) from the accumulated stats of a run."""
     spec, hf = a["spec"], a["hf"]
-    v = {int(g): x for g, x in lat["v"].items()}
-    alpha = spec.acceptance_rate  # DESIGN.md's α: accepted / proposed
-    # the cost model's per-token α (costmodel.alpha_iid); with a varying γ there is no such estimate, use α
-    # with lookup, rounds proposed by the draft and by context lookup are modelled apart (costmodel.speedup_with_lookup)
-    d_acc, d_rounds = spec.accepted - spec.lookup_accepted, spec.rounds - spec.lookup_rounds
-    p = (costmodel.alpha_iid(d_acc, d_rounds, spec.full_rounds - spec.lookup_full)
-         if cfg.schedule == "constant" else alpha)
-    lookup_model = None
-    if spec.lookup_rounds:
-        lookup_model = {
-            "share": spec.lookup_rounds / spec.rounds,
-            "alpha_iid": costmodel.alpha_iid(spec.lookup_accepted, spec.lookup_rounds, spec.lookup_full),
-            "tokens": spec.lookup_proposed / spec.lookup_rounds,
-        }
-
-    def predict(c: float, vs: dict[int, float]) -> float:
-        """The cost model's speedup for this run's α (and lookup rounds) at draft cost c and verify costs vs.
-        A draft round verifies γ + candidates - 1 tokens after the last one (siblings of d_1 included)."""
-        v_draft = vs[cfg.gamma + cfg.candidates - 1]
-        if lookup_model:
-            return costmodel.speedup_with_lookup(p, cfg.gamma, c, vs, lookup_model["share"], lookup_model["alpha_iid"],
-                                                 lookup_model["tokens"], v_draft=v_draft)
-        return costmodel.speedup(p, cfg.gamma, c, v_draft)
-
     s = spec.as_dict()
     speedup = (spec.new_tokens / spec.seconds) / (b["tokens"] / b["seconds"])
-    in_run = _costs_in_run(spec, b, cfg.gamma)
-    best_g, best_pred = costmodel.best_gamma(p, lat["c"], v)
     hf_rate = _rate(hf["tokens"], hf["seconds"])
     return {
         "target": cfg.target,
@@ -259,38 +204,80 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
         "hf_assisted": (
             {"tokens": hf["tokens"], "seconds": round(hf["seconds"], 4), "tokens_per_s": hf_rate,
              "outputs_matching_target": hf["matches_target"], "num_assistant_tokens": cfg.gamma,
-             "assistant_confidence_threshold": DEFAULT_CONFIDENCE if cfg.schedule == "dynamic" else 0.0}
+             "assistant_confidence_threshold": _hf_confidence(cfg)}
             if hf_on else None
         ),
         "speedup": round(speedup, 4),
         "speedup_vs_hf_assisted": round(s["tokens_per_s"] / hf_rate, 4) if hf_on and hf_rate else None,
         "lossless": a["lossless"] if greedy else None,
-        "per_category": {
-            name: {
-                "prompts": a["prompts"][name],
-                "tokens": c.new_tokens,
-                "acceptance_rate": round(c.acceptance_rate, 4),
-                "tau": round(c.tau, 4),
-                "baseline_tokens_per_s": base_cat[name].as_dict()["tokens_per_s"],
-                "speculative_tokens_per_s": c.as_dict()["tokens_per_s"],
-                "speedup": round(c.as_dict()["tokens_per_s"] / base_cat[name].as_dict()["tokens_per_s"], 4),
-            }
-            for name, c in sorted(a["cat"].items())
-        },
-        "cost_model": {
-            **lat,
-            "alpha": round(alpha, 4),
-            "alpha_iid": round(p, 4),
-            "predicted_tau": round(costmodel.tau(p, cfg.gamma), 4),
-            "predicted_speedup": round(predict(lat["c"], v), 4),
-            "lookup": {k: round(x, 4) for k, x in lookup_model.items()} if lookup_model else None,
-            "measured_speedup": round(speedup, 4),
-            "best_gamma": best_g,
-            "best_gamma_predicted_speedup": round(best_pred, 4),
-            # the same model with c and v(γ) taken from this run's own forward timings (see _costs_in_run)
-            "in_run": in_run and {**in_run, "predicted_speedup": round(predict(in_run["c"], {g: in_run["v"] for g in v}), 4)},
-        },
+        "per_category": _per_category(a, base_cat),
+        "cost_model": _cost_model(cfg, spec, b, lat, speedup),
     }
+
+
+def _per_category(a: dict, base_cat: dict) -> dict:
+    """Per prompt category: the run's tokens, α, τ and speedup over the target alone on the same prompts."""
+    return {
+        name: {
+            "prompts": a["prompts"][name],
+            "tokens": c.new_tokens,
+            "acceptance_rate": round(c.acceptance_rate, 4),
+            "tau": round(c.tau, 4),
+            "baseline_tokens_per_s": base_cat[name].as_dict()["tokens_per_s"],
+            "speculative_tokens_per_s": c.as_dict()["tokens_per_s"],
+            "speedup": round(c.as_dict()["tokens_per_s"] / base_cat[name].as_dict()["tokens_per_s"], 4),
+        }
+        for name, c in sorted(a["cat"].items())
+    }
+
+
+def _cost_model(cfg: BenchConfig, spec: Stats, b: dict, lat: dict, speedup: float) -> dict:
+    """The cost model's inputs (lat: c and v(γ) from decode.latency) and prediction next to the measured speedup."""
+    v = {int(g): x for g, x in lat["v"].items()}
+    alpha = spec.acceptance_rate  # α: accepted / proposed (docs/architecture.md, "Metrics")
+    # the cost model's per-token α (costmodel.alpha_iid); with a varying γ there is no such estimate, use α
+    # with lookup, rounds proposed by the draft and by context lookup are modelled apart (costmodel.speedup_with_lookup)
+    d_acc, d_rounds = spec.accepted - spec.lookup_accepted, spec.rounds - spec.lookup_rounds
+    p = (costmodel.alpha_iid(d_acc, d_rounds, spec.full_rounds - spec.lookup_full)
+         if cfg.schedule == "constant" else alpha)
+    lookup_model = _lookup_model(spec)
+    in_run = _costs_in_run(spec, b, cfg.gamma)
+    best_g, best_pred = costmodel.best_gamma(p, lat["c"], v)
+    return {
+        **lat,
+        "alpha": round(alpha, 4),
+        "alpha_iid": round(p, 4),
+        "predicted_tau": round(costmodel.tau(p, cfg.gamma), 4),
+        "predicted_speedup": round(_predict(cfg, p, lookup_model, lat["c"], v), 4),
+        "lookup": {k: round(x, 4) for k, x in lookup_model.items()} if lookup_model else None,
+        "measured_speedup": round(speedup, 4),
+        "best_gamma": best_g,
+        "best_gamma_predicted_speedup": round(best_pred, 4),
+        # the same model with c and v(γ) taken from this run's own forward timings (see _costs_in_run)
+        "in_run": in_run and {**in_run, "predicted_speedup": round(_predict(cfg, p, lookup_model, in_run["c"],
+                                                                            {g: in_run["v"] for g in v}), 4)},
+    }
+
+
+def _lookup_model(spec: Stats) -> dict | None:
+    """The lookup rounds' share, per-token α and proposal length (costmodel.speedup_with_lookup); None without."""
+    if not spec.lookup_rounds:
+        return None
+    return {
+        "share": spec.lookup_rounds / spec.rounds,
+        "alpha_iid": costmodel.alpha_iid(spec.lookup_accepted, spec.lookup_rounds, spec.lookup_full),
+        "tokens": spec.lookup_proposed / spec.lookup_rounds,
+    }
+
+
+def _predict(cfg: BenchConfig, p: float, lookup_model: dict | None, c: float, vs: dict[int, float]) -> float:
+    """The cost model's speedup for per-token α p (and lookup rounds) at draft cost c and verify costs vs.
+    A draft round verifies γ + candidates - 1 tokens after the last one (siblings of d_1 included)."""
+    v_draft = vs[cfg.gamma + cfg.candidates - 1]
+    if lookup_model:
+        return costmodel.speedup_with_lookup(p, cfg.gamma, c, vs, lookup_model["share"], lookup_model["alpha_iid"],
+                                             lookup_model["tokens"], v_draft=v_draft)
+    return costmodel.speedup(p, cfg.gamma, c, v_draft)
 
 
 def _costs_in_run(spec, b: dict, gamma: int) -> dict | None:

@@ -1,14 +1,20 @@
-"""Config loading shared by every job: defaults live once, in each job's dataclass; a YAML file overrides them;
-`--key value` on the command line overrides the YAML. The resolved config is saved with every output.
+"""The one config mechanism every job uses, built on transformers' HfArgumentParser.
+
+Defaults live once, in each job's dataclass (`field(metadata={"help": ...})`, checks in `__post_init__`); a YAML
+file overrides them; `--key value` on the command line overrides the YAML. The resolved config is saved with
+every output.
 
     cfg = parse(CollectConfig, argv, doc=__doc__)   # --config FILE.yaml --max-new-tokens 64 ...
 
-Field help comes from `field(metadata={"help": ...})`; checks live in each dataclass's __post_init__.
-A class attribute PRESETS = {"quick": {...}} defines named override sets for `--preset NAME`.
-A class attribute SECTIONS = ("train", ...) names mapping-valued fields that hold another job's overrides
+HfArgumentParser turns the plain fields (str, int, float, bool, Optional of those) into flags: `--max-new-tokens`
+and `--max_new_tokens`, `--chat-template` / `--no-chat-template`. Fields it cannot type (lists, dicts, unions such
+as `int | list`) take YAML text: `--layers "[0, 29]"`, `--loss "{fkl: 1.0}"`, or several values: `--gamma 2 4`.
+A class attribute PRESETS = {"quick": {...}} defines named override sets for `--preset NAME`, applied before the
+YAML. A class attribute SECTIONS = ("train", ...) names mapping-valued fields that hold another job's overrides
 (the pipeline's stage settings). They merge key by key instead of being replaced, and in them a preset's keys
 win over the YAML's (a preset asked for on the command line shrinks a YAML-defined run):
     section = {**YAML's, **preset's, **--flag's}
+A field with metadata {"positional": True} is a positional argument (publish's DRAFT_DIR; a list field takes several).
 """
 
 from __future__ import annotations
@@ -21,31 +27,93 @@ import typing
 from pathlib import Path
 
 import yaml
+from transformers import HfArgumentParser
 
 from decode.errors import UserError
 
 
-def _kind(tp) -> str:
-    """Map a field's annotation to how its command-line text is parsed."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
+def _is_plain(tp) -> bool:
+    """Types HfArgumentParser parses itself: str, int, float, bool, and Optional of one of them."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _kind(args[0]) if len(args) == 1 else "yaml"
-    if tp is bool:
-        return "bool"
-    if tp in (int, float, str):
-        return tp.__name__
-    return "yaml"  # lists, dicts: parsed as YAML, e.g. --layers "[0, 29]" or --loss "{fkl: 1.0}"
+        return len(args) == 1 and args[0] in (str, int, float, bool)
+    return tp in (str, int, float, bool)
+
+
+def _base(tp):
+    """list for list fields, dict for dict fields (also inside Optional), else None."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        kinds = [typing.get_origin(a) or a for a in typing.get_args(tp) if a is not type(None)]
+    else:
+        kinds = [typing.get_origin(tp) or tp]
+    return kinds[0] if len(kinds) == 1 and kinds[0] in (list, dict) else None
+
+
+class JobParser(HfArgumentParser):
+    """HfArgumentParser over one job's config dataclass, plus --config, --preset and YAML-valued fields.
+    Every flag's default is suppressed: the namespace holds only what the command line gave."""
+
+    def __init__(self, cls, doc: str | None = None):
+        self.job, self.hints = cls, typing.get_type_hints(cls)
+        super().__init__(cls, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+        self.add_argument("--config", help="YAML file overriding the defaults (command-line flags override it)")
+        defaults = {f.name: f.default if f.default is not dataclasses.MISSING else "(computed)"
+                    for f in dataclasses.fields(cls)}
+        for action in self._actions:
+            if action.dest in defaults and not getattr(action, "_yaml", False) and action.dest != "preset":
+                action.help = f"{action.help or ''} [default: {defaults[action.dest]}]"
+                if action.type in (int, float):
+                    action.type = _strict(action.type, action.option_strings[-1] if action.option_strings else action.dest)
+            if action.dest in defaults and action.option_strings:
+                action.default = argparse.SUPPRESS
+
+    def _add_dataclass_arguments(self, dtype):
+        presets = getattr(dtype, "PRESETS", {})
+        if presets:
+            self.add_argument("--preset", choices=sorted(presets), help="a named set of overrides applied before the YAML")
+        for f in dataclasses.fields(dtype):
+            if f.name == "preset" and presets:
+                continue  # set by the --preset flag above
+            f.type = self.hints[f.name]
+            help_text = f.metadata.get("help", "")
+            if f.metadata.get("positional"):  # one value, or one or more for a list field
+                self.add_argument(f.name, help=help_text, metavar=f.name.upper(), nargs="+" if _base(f.type) is list else None)
+            elif _is_plain(f.type):
+                self._parse_dataclass_field(self, f)
+            else:
+                default = f.default if f.default is not dataclasses.MISSING else "(computed)"
+                flags = dict.fromkeys([f"--{f.name.replace('_', '-')}", f"--{f.name}"])  # both spellings, once
+                action = self.add_argument(*flags, dest=f.name,
+                                           nargs=None if _base(f.type) is dict else "+", metavar="YAML",
+                                           help=f"{help_text} [default: {default}]")
+                action._yaml = True
+
+
+def _strict(convert, flag: str):
+    """A flag's type conversion whose failure is a UserError naming the flag (argparse would exit)."""
+    def parse_value(text: str):
+        try:
+            return convert(text)
+        except ValueError as e:
+            raise UserError(f"{flag}: cannot parse {text!r} ({e})") from None
+    return parse_value
+
+
+def _yaml_value(name: str, tp, given):
+    """A YAML-valued flag's text (or texts, with several values) -> the field's value."""
+    texts = given if isinstance(given, list) else [given]
+    if _base(tp) is list and not (len(texts) == 1 and texts[0].lstrip().startswith("[")):
+        return texts  # list items stay text: --stop "###" is the string, not a YAML comment
+    try:
+        values = [yaml.safe_load(t) for t in texts]
+    except yaml.YAMLError as e:
+        raise UserError(f"--{name.replace('_', '-')}: cannot parse {' '.join(texts)!r} ({e})") from None
+    return values[0] if len(values) == 1 else values
 
 
 def _shape(tp, value, name: str):
     """A single value given for a list field becomes a one-item list; a dict field must get a mapping."""
-    base = typing.get_origin(tp) or tp
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        kinds = [typing.get_origin(a) or a for a in typing.get_args(tp) if a is not type(None)]
-        if len(kinds) != 1:
-            return value
-        base = kinds[0]
+    base = _base(tp)
     if base is list and value is not None and not isinstance(value, list):
         return [value]
     if base is dict and not isinstance(value, dict):
@@ -53,59 +121,24 @@ def _shape(tp, value, name: str):
     return value
 
 
-def _convert(kind: str, text):
-    if not isinstance(text, str):
-        return text
-    if kind == "int":
-        return int(text)
-    if kind == "float":
-        return float(text)
-    if kind == "str":
-        return text
-    return yaml.safe_load(text)
-
-
 def parse(cls, argv=None, doc: str | None = None):
-    """Build a `cls` config from --config YAML and --key value overrides (see module docstring)."""
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML file overriding the defaults (command-line flags override it)")
-    presets = getattr(cls, "PRESETS", {})
-    if presets:
-        p.add_argument("--preset", choices=sorted(presets), help="a named set of overrides applied before the YAML")
-    for name, f in fields.items():
-        if name == "preset" and presets:
-            continue  # a `preset` field is set by the --preset flag above
-        kind = _kind(hints[name])
-        default = f.default if f.default is not dataclasses.MISSING else "(computed)"
-        help_text = f"{f.metadata.get('help', '')} [default: {default}]"
-        flag = "--" + name.replace("_", "-")
-        if kind == "bool":
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
-        else:
-            p.add_argument(flag, default=argparse.SUPPRESS, help=help_text, metavar=kind.upper())
-    args = vars(p.parse_args(argv))
-    sections = getattr(cls, "SECTIONS", ())
+    """Build a `cls` config from --preset, --config YAML and --key value overrides (see module docstring)."""
+    parser = JobParser(cls, doc)
+    args = vars(parser.parse_args(argv))
+    hints, fields = parser.hints, {f.name for f in dataclasses.fields(cls)}
+    sections, presets = getattr(cls, "SECTIONS", ()), getattr(cls, "PRESETS", {})
     preset = presets[args["preset"]] if args.get("preset") else {}
     values: dict = {k: v for k, v in preset.items() if k not in sections}
-    config_file = args.pop("config", None)
-    if config_file:
-        values.update(load_yaml(config_file, fields))
+    if args.get("config"):
+        values.update(load_yaml(args["config"], fields))
     for name in sections:  # preset over YAML, key by key
         if name in preset:
             values[name] = {**(values.get(name) or {}), **preset[name]}
-    for name in fields:
-        if name in args:
-            try:
-                text = args[name]
-                is_list = (typing.get_origin(hints[name]) or hints[name]) is list
-                value = text if is_list and not text.lstrip().startswith("[") else _convert(_kind(hints[name]), text)
-                if name in sections and isinstance(value, dict):  # a section flag changes only the keys it names
-                    value = {**(values.get(name) or {}), **value}
-                values[name] = value
-            except (ValueError, yaml.YAMLError) as e:
-                raise UserError(f"--{name.replace('_', '-')}: cannot parse {args[name]!r} ({e})") from None
+    for name in fields & set(args) - {"preset"}:
+        value = _yaml_value(name, hints[name], args[name]) if not _is_plain(hints[name]) else args[name]
+        if name in sections and isinstance(value, dict):  # a section flag changes only the keys it names
+            value = {**(values.get(name) or {}), **value}
+        values[name] = value
     values = {k: _shape(hints[k], v, k) for k, v in values.items()}
     if "preset" in fields and args.get("preset"):
         values["preset"] = args["preset"]
@@ -115,7 +148,7 @@ def parse(cls, argv=None, doc: str | None = None):
         raise UserError(f"bad config: {e}") from None
 
 
-def load_yaml(path: str | Path, fields: dict) -> dict:
+def load_yaml(path: str | Path, fields: set[str]) -> dict:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
@@ -126,7 +159,7 @@ def load_yaml(path: str | Path, fields: dict) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
     data = {k.replace("-", "_"): v for k, v in data.items()}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - fields)
     if unknown:
         raise UserError(f"{path}: unknown option(s) {unknown}; valid options: {sorted(fields)}")
     return data

@@ -1,4 +1,4 @@
-"""The speculative-decoding cost model (DESIGN.md "Metrics"), pure functions of measured quantities.
+"""The speculative-decoding cost model (docs/architecture.md, "Metrics"), pure functions of measured quantities.
 
     α      acceptance rate (i.i.d. per proposed token)
     γ      draft tokens per round

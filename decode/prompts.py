@@ -1,6 +1,6 @@
 """Prompt files (JSONL, one prompt a line) and their encoding with the target's tokenizer.
 
-Line format (DESIGN.md): {"id": str, "category": str, "messages": [{"role", "content"}, ...]}
+Line format (docs/architecture.md, "Prompt files"): {"id": str, "category": str, "messages": [{"role", "content"}, ...]}
 or {"id", "category", "prompt": str} for raw text.
 """
 

@@ -1,7 +1,7 @@
 """Prompt sets: the bundled ones (`train`, `heldout`), JSONL files, or any HF dataset with a column mapping.
 
     load_prompts("train")                                    # bundled train split (612 prompts)
-    load_prompts("my.jsonl")                                 # DESIGN.md prompt file
+    load_prompts("my.jsonl")                                 # a prompt file (docs/architecture.md)
     load_prompts("data/chats/", columns={"messages": "conversation", "category": "topic"})
     load_prompts("org/dataset", split="train", columns={"prompt": "question"})   # Hub, when reachable
 

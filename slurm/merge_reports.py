@@ -10,13 +10,15 @@ anchors and settings stand for all. The merged report.json is written last and a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from distill.evaluate import plots, report
+from decode import cli
+from decode.errors import UserError
+from distill.evaluate import report
 
 
 def merge(parts: list[dict], commands: list[str]) -> dict:
@@ -36,11 +38,21 @@ def merge(parts: list[dict], commands: list[str]) -> dict:
             "errors": errors, "best": report.best(entries), "parts": len(parts)}
 
 
+@dataclass
+class MergeConfig:
+    parts: list[str] = field(default_factory=list, metadata={"positional": True, "help": "per-task evaluation folders"})
+    output: str = field(default="", metadata={"help": "EVAL_DIR for the merged report.json / report.md (required)"})
+
+    def __post_init__(self):
+        if not self.output:
+            raise UserError("give --output EVAL_DIR for the merged report")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--output", required=True, help="EVAL_DIR for the merged report.json / report.md")
-    ap.add_argument("parts", nargs="+", help="per-task evaluation folders")
-    args = ap.parse_args(argv)
+    try:
+        args = cli.parse(MergeConfig, argv, __doc__)
+    except UserError as e:
+        sys.exit(f"error: {e}")
     missing = [d for d in args.parts if not (Path(d) / "report.json").is_file()]
     if missing:
         print(f"merge: {len(args.parts) - len(missing)}/{len(args.parts)} parts done; waiting for {missing} "
@@ -50,10 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     result = merge(parts, [p["command"] for p in parts])
-    pngs = [p for p in (plots.by_step(result["entries"], out / "acceptance_by_step.png"),
-                        plots.by_gamma(result["entries"], out / "speedup_by_gamma.png"),
-                        plots.design_map(result["entries"], out / "design_map.png")) if p]
-    (out / "report.md").write_text(report.markdown(result, [p.name for p in pngs]))
+    report.write(result, out)
     tmp = out / f".report.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, out / "report.json")

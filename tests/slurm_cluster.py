@@ -5,7 +5,7 @@ root from a private slurm.conf in a temporary folder, stopped by PID.
     subprocess.run(["sbatch", ...], env=cluster.env())
     cluster.stop()
 
-The configuration is the one DESIGN.md records as working here (Debian `slurm-wlm`): no munge
+The configuration is one known to start in seconds as root (Debian `slurm-wlm`): no munge
 (auth/none, cred/none), proctrack/linuxproc, task/none, select/cons_tres with CR_CPU, no accounting
 (`sacct` needs slurmdbd; read states with `scontrol show job`). Finished jobs stay visible to scontrol for
 an hour (MinJobAge), the scheduler runs every second, so dependency chains move without delay, and a

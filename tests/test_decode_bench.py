@@ -8,7 +8,7 @@ from decode import bench, generate
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
-# DESIGN.md "Bench / evaluation result"
+# docs/architecture.md, "Evaluation folder and result JSON"
 RESULT_KEYS = set(
     "target draft device dtype prompts max_new_tokens temperature gamma schedule baseline speculative hf_assisted"
     " speedup speedup_vs_hf_assisted lossless per_category cost_model".split()

@@ -1,4 +1,4 @@
-"""The cost model (DESIGN.md "Metrics"): τ, speedup, best γ, the iso-speedup inverse, and τ against simulation."""
+"""The cost model (docs/architecture.md, "Metrics"): τ, speedup, best γ, the iso-speedup inverse, and τ against simulation."""
 
 import math
 import random

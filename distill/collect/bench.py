@@ -9,14 +9,15 @@ tokens/s, the ratio, and storage per token; the JSON result is the last stdout l
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 
 import torch
 
+from decode import cli
 from decode.errors import UserError
 from decode.prompts import encode_prompt
 from decode.targets import load_target
@@ -24,16 +25,19 @@ from distill.collect import CollectConfig, run
 from distill.prompts import load_prompts
 
 
+@dataclass
+class CollectBenchConfig:
+    target: str = field(default="default", metadata={"help": "target: default, HF folder, Hub id or .gguf"})
+    prompts: str = field(default="heldout", metadata={"help": "train/heldout (bundled), a JSONL file, or an HF dataset"})
+    n: int = field(default=64, metadata={"help": "prompts timed"})
+    max_new_tokens: int = field(default=64, metadata={"help": "tokens generated per prompt"})
+    topk: int = field(default=32, metadata={"help": "target logprobs stored per position by the collection"})
+    batch_size: int = field(default=CollectConfig.batch_size, metadata={"help": "the collection's prompts per batch"})
+
+
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--target", default="default")
-    p.add_argument("--prompts", default="heldout")
-    p.add_argument("--n", type=int, default=64)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--topk", type=int, default=32)
-    p.add_argument("--batch-size", type=int, default=CollectConfig.batch_size)
-    a = p.parse_args(argv)
     try:
+        a = cli.parse(CollectBenchConfig, argv, __doc__)
         target, tok = load_target(a.target)
         rows = load_prompts(a.prompts, limit=a.n)
         encoded = [encode_prompt(tok, r) for r in rows]

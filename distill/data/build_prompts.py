@@ -1,7 +1,7 @@
 """Build the bundled prompt set: distill/data/train.jsonl and distill/data/heldout.jsonl.
 
 Every prompt below was written by hand for this project (no public dataset was copied). This script only
-wraps the hand-written texts into the JSONL format of DESIGN.md ("Prompt files"), numbers them, and fixes the
+wraps the hand-written texts into the JSONL format of docs/architecture.md ("Prompt files"), numbers them, and fixes the
 train / held-out split. It is deterministic: running it twice gives byte-identical files.
 
     python distill/data/build_prompts.py          # rewrite both files next to this script
@@ -14,12 +14,14 @@ otherwise. New prompts appended at the end of a list never move an existing prom
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from decode import cli
 
 HERE = Path(__file__).resolve().parent
 CATEGORIES = ["chat", "writing", "qa", "summarization", "code", "math", "translation", "context_qa"]
@@ -1983,16 +1985,18 @@ def counts_table(splits: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--check", action="store_true", help="validate the existing files instead of writing them"
-    )
-    parser.add_argument("--out", type=Path, default=HERE, help="folder for train.jsonl / heldout.jsonl")
-    args = parser.parse_args()
+@dataclass
+class BuildConfig:
+    check: bool = field(default=False, metadata={"help": "validate the existing files instead of writing them"})
+    out: str = field(default=str(HERE), metadata={"help": "folder for train.jsonl / heldout.jsonl"})
 
-    if args.check:
-        splits = {name: read_jsonl(args.out / f"{name}.jsonl") for name in ("train", "heldout")}
+
+def main() -> int:
+    cfg = cli.parse(BuildConfig, doc=__doc__)
+    out = Path(cfg.out)
+
+    if cfg.check:
+        splits = {name: read_jsonl(out / f"{name}.jsonl") for name in ("train", "heldout")}
         built_train, built_heldout = build()
         if splits != {"train": built_train, "heldout": built_heldout}:
             print("note: the files differ from what this script builds (edited by hand, or not rebuilt)")
@@ -2004,11 +2008,11 @@ def main() -> int:
         print("problem:", p, file=sys.stderr)
     if problems:
         return 1
-    if not args.check:
-        args.out.mkdir(parents=True, exist_ok=True)
+    if not cfg.check:
+        out.mkdir(parents=True, exist_ok=True)
         for name, rows in splits.items():
-            write_jsonl(rows, args.out / f"{name}.jsonl")
-            print(f"wrote {len(rows)} prompts to {args.out / f'{name}.jsonl'}")
+            write_jsonl(rows, out / f"{name}.jsonl")
+            print(f"wrote {len(rows)} prompts to {out / f'{name}.jsonl'}")
     print(counts_table(splits))
     return 0
 

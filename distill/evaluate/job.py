@@ -4,7 +4,7 @@ model's prediction next to the measurement, per prompt category, plus the anchor
     python -m distill.evaluate --run runs/train-default            # every checkpoint of a training run
     python -m distill.evaluate --drafts D1 D2 --gamma "[2, 4, 6]"   # any drafts, several γ
 
-Writes EVAL_DIR/report.json (one entry per draft × γ, DESIGN.md result schema), report.md and PNG plots.
+Writes EVAL_DIR/report.json (one entry per draft × γ, the result schema of docs/architecture.md), report.md and PNG plots.
 Anchors, under the same settings: the target alone (in every entry), transformers' assisted generation with
 the same draft, transformers' prompt-lookup decoding, and an untrained draft cut from the same target layers.
 """
@@ -24,9 +24,8 @@ from decode import cli
 from decode.bench import BenchConfig, encode_all, measure_many
 from decode.draft_folder import read_meta
 from decode.errors import UserError
-from decode.smallgemm import WEIGHTS
+from decode.options import DecodeOptions
 from decode.targets import eos_ids, load_draft, load_target
-from distill.evaluate import plots, report
 from distill.prompts import load_prompts, resolve
 from distill.train import checkpoints
 
@@ -40,17 +39,17 @@ class EvalConfig:
     categories: list = field(default_factory=list, metadata={"help": "only these prompt categories"})
     limit: int = field(default=0, metadata={"help": "N prompts taken in turn from each category (0 = all)"})
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per prompt"})
-    temperature: float = field(default=0.0, metadata={"help": "0 = greedy (lossless is checked)"})
-    gamma: int | list = field(default=4, metadata={"help": "γ, or a list of γ to sweep"})
-    lookup: int | list = field(default=0, metadata={"help": "decoder's context lookup: n-gram length (0 = off), or a list "
+    temperature: float = field(default=DecodeOptions.temperature, metadata={"help": "0 = greedy (lossless is checked)"})
+    gamma: int | list = field(default=DecodeOptions.gamma, metadata={"help": "γ, or a list of γ to sweep"})
+    lookup: int | list = field(default=DecodeOptions.lookup, metadata={"help": "decoder's context lookup: n-gram length (0 = off), or a list "
                                                            "to compare, e.g. [0, 2] (decode.lookup)"})
-    lookup_tokens: int = field(default=4, metadata={"help": "tokens per lookup proposal"})
-    candidates: int | list = field(default=1, metadata={"help": "the draft's top-K verified at the first drafted position "
+    lookup_tokens: int = field(default=DecodeOptions.lookup_tokens, metadata={"help": "tokens per lookup proposal (0 = γ)"})
+    candidates: int | list = field(default=DecodeOptions.candidates, metadata={"help": "the draft's top-K verified at the first drafted position "
                                                               "(greedy), or a list to compare, e.g. [1, 4]"})
-    draft_weights: str = field(default="float32", metadata={"help": "float32 | float16 | int8: drafts run with weights "
+    draft_weights: str = field(default=DecodeOptions.draft_weights, metadata={"help": "float32 | float16 | int8: drafts run with weights "
                                                                 "stored so on CPU (decode.smallgemm: a cheaper draft step)"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
-    schedule: str = field(default="constant", metadata={"help": "constant | heuristic | dynamic"})
+    schedule: str = field(default=DecodeOptions.schedule, metadata={"help": "constant | heuristic | dynamic"})
     output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
     anchors: bool = field(default=True, metadata={"help": "also HF assisted, prompt lookup, untrained layer cut"})
     report_to: str = field(default="none", metadata={"help": "wandb | none"})
@@ -60,19 +59,13 @@ class EvalConfig:
     dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16"})
 
     def __post_init__(self):
-        gammas = self.gammas()
-        if not gammas or min(gammas) < 1:
+        if not self.gammas():
             raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
+        for g, n, k in product(self.gammas(), self.lookups(), self.candidate_counts()):
+            DecodeOptions(gamma=g, schedule=self.schedule, lookup=n, lookup_tokens=self.lookup_tokens, candidates=k,
+                          draft_weights=self.draft_weights, temperature=self.temperature)  # the checks live there
         if self.checkpoints not in ("all", "last"):
             raise UserError(f"--checkpoints must be 'all' or 'last', got {self.checkpoints!r}")
-        if min(self.lookups()) < 0:
-            raise UserError(f"--lookup must be >= 0 (context n-gram length; 0 = off), got {self.lookup}")
-        if min(self.candidate_counts()) < 1:
-            raise UserError(f"--candidates must be >= 1 (1 = a plain chain), got {self.candidates}")
-        if max(self.candidate_counts()) > 1 and self.temperature > 0:
-            raise UserError("--candidates > 1 is for greedy decoding: use --temperature 0 or --candidates 1")
-        if self.draft_weights not in WEIGHTS:
-            raise UserError(f"--draft-weights must be one of {', '.join(WEIGHTS)}, got {self.draft_weights!r}")
         if not self.run and not self.drafts:
             raise UserError("give --run RUN_DIR (every checkpoint) or --drafts D1 D2 ...")
 
@@ -194,11 +187,12 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     result = {"target": cfg.target, "prompts": len(rows), "prompt_set": cfg.prompts, "config": asdict(cfg),
               "command": command or "python -m distill.evaluate " + " ".join(argv or []),
               "entries": entries, "anchors": anchors, "errors": errors}
+    # imported on use, not at the top: `python -m distill.evaluate.report` then runs that module once, as __main__
+    from distill.evaluate import report
+
     result["best"] = report.best(entries)
     (out / "report.json").write_text(json.dumps(result, indent=2) + "\n")
-    makers = (plots.by_step, plots.by_gamma, plots.design_map)  # in report.PLOT_FILES order
-    pngs = [p for p in (make(entries, out / name) for make, name in zip(makers, report.PLOT_FILES)) if p]
-    (out / "report.md").write_text(report.markdown(result, [p.name for p in pngs]))
+    pngs = report.write(result, out)
     if cfg.report_to == "wandb":
         report.log_wandb(result, pngs, cfg.wandb_project, out)
     result["output"] = str(out)
@@ -212,5 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         result = run(cfg, argv)
     except UserError as e:
         sys.exit(f"error: {e}")
+    from distill.evaluate import report
+
     print(report.headline(result))
     print(json.dumps({k: result[k] for k in ("output", "best", "errors")}))

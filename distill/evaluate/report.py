@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from decode import cli
+from decode.errors import UserError
 
 # the plots distill.evaluate writes, in report order: by training step, by γ, the design map
 PLOT_FILES = ("acceptance_by_step.png", "speedup_by_gamma.png", "design_map.png")
@@ -109,6 +113,16 @@ def markdown(result: dict, pngs: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(result: dict, out: Path) -> list[Path]:
+    """The plots (PLOT_FILES, those with data) and report.md of an evaluation result into `out`; the PNG paths."""
+    from distill.evaluate import plots
+
+    makers = (plots.by_step, plots.by_gamma, plots.design_map)  # in PLOT_FILES order
+    pngs = [p for p in (make(result["entries"], out / name) for make, name in zip(makers, PLOT_FILES)) if p]
+    (out / "report.md").write_text(markdown(result, [p.name for p in pngs]))
+    return pngs
+
+
 def log_wandb(result: dict, pngs: list[Path], project: str, out: Path) -> None:
     import wandb
 
@@ -126,11 +140,17 @@ def log_wandb(result: dict, pngs: list[Path], project: str, out: Path) -> None:
     run.finish()
 
 
+@dataclass
+class ReportConfig:
+    eval_dir: str = field(default="", metadata={"positional": True, "help": "a folder written by distill.evaluate"})
+
+
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        sys.exit("usage: python -m distill.evaluate.report EVAL_DIR   (a folder written by distill.evaluate)")
-    out = Path(argv[0])
+    try:
+        cfg = cli.parse(ReportConfig, argv, __doc__)
+    except UserError as e:
+        sys.exit(f"error: {e}")
+    out = Path(cfg.eval_dir)
     if not (out / "report.json").is_file():
         sys.exit(f"error: {out / 'report.json'} not found; run python -m distill.evaluate --output {out} first")
     result = json.loads((out / "report.json").read_text())

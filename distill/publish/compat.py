@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from decode.draft_folder import VOCAB_MAP_FILE, assistant_config, read_vocab_map
 from decode.errors import UserError
+from decode.options import DecodeOptions
 from decode.prompts import encode_prompt
 from decode.targets import check_tokenizers, eos_ids
 
@@ -180,9 +181,8 @@ def check_lossless(
                 eos = eos_ids(target, tokenizer)
                 vm = torch.tensor(vocab_map, dtype=torch.long, device=target.device)
                 ref, _ = generate(target, None, ids, max_new_tokens, eos_token_ids=eos)
-                out, _ = generate(
-                    target, draft, ids, max_new_tokens, gamma=gamma, eos_token_ids=eos, vocab_map=vm
-                )
+                out, _ = generate(target, draft, ids, max_new_tokens, DecodeOptions(gamma=gamma), eos_token_ids=eos,
+                                  vocab_map=vm)
         except Exception as e:
             return Check("lossless", False, f"{how} failed: {type(e).__name__}: {str(e).splitlines()[0]}")
         if out != ref:

@@ -6,8 +6,8 @@
 1. read the checkpoint: config.json, model.safetensors, specdistill.json (target, design, loss, data, commands);
 2. assemble the repo folder: weights cast to --dtype (bf16 by default), config.json, the target's tokenizer files,
    generation_config.json set to the measured best γ with a constant schedule, draft_vocab.json for a
-   reduced-vocabulary draft, specdistill.json, and README.md, the model card (distill.modelcard);
-3. run the compatibility checks on that folder (distill.compat); any failure stops here;
+   reduced-vocabulary draft, specdistill.json, and README.md, the model card (distill/publish/modelcard.py);
+3. run the compatibility checks on that folder (distill/publish/compat.py); any failure stops here;
 4. upload: create_repo, then every file in ONE commit, so a failed upload leaves the remote as it was;
 5. when the run was tracked (specdistill.json "wandb"), log the repo URL and the card's numbers to that W&B run
    and the folder as a model artifact.
@@ -20,11 +20,11 @@ stand-in the tests use (tests/hub_standin.py).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,7 +32,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, GenerationConfig
 
-from decode import draft_folder
+from decode import cli, draft_folder
 from decode.draft_folder import META_FILE, VOCAB_MAP_FILE, assistant_config
 from decode.errors import UserError
 from decode.options import DecodeOptions
@@ -54,26 +54,28 @@ TOKENIZER_FILES = (
 )
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m distill.publish", description=__doc__.split("\n")[0])
-    p.add_argument("draft_dir", type=Path, help="a draft checkpoint written by distill.train")
-    p.add_argument("--repo-id", required=True, help="Hub repo to publish to, ORG/NAME")
-    p.add_argument("--eval", type=Path, help="evaluation folder (report.json) from distill.evaluate")
-    p.add_argument("--require-eval", action="store_true", help="refuse to publish without measured numbers")
-    p.add_argument("--target", help="target spec (default: the `target` in specdistill.json)")
-    p.add_argument(
-        "--dtype", choices=sorted(DTYPES), default="bfloat16", help="dtype of the published weights"
-    )
-    p.add_argument("--private", action="store_true", help="create the repo private")
-    p.add_argument("--revision", help="branch to commit to (created from main if missing)")
-    p.add_argument("--dry-run", type=Path, metavar="OUT_DIR", help="write the repo folder here; no network")
-    p.add_argument(
-        "--device",
-        default="cuda" if torch.cuda.is_available() else "cpu",
-        help="where the checks run the target and draft (float32, so greedy comparisons are exact)",
-    )
-    p.add_argument("--license", help="license for the card metadata, e.g. apache-2.0 (the target's, usually)")
-    return p.parse_args(argv)
+@dataclass
+class PublishConfig:
+    draft_dir: str = field(default="", metadata={"positional": True, "help": "a draft checkpoint written by distill.train"})
+    repo_id: str = field(default="", metadata={"help": "Hub repo to publish to, ORG/NAME (required)"})
+    eval: str | None = field(default=None, metadata={"help": "evaluation folder (report.json) from distill.evaluate"})
+    require_eval: bool = field(default=False, metadata={"help": "refuse to publish without measured numbers"})
+    target: str | None = field(default=None, metadata={"help": "target spec (default: the `target` in specdistill.json)"})
+    dtype: str = field(default="bfloat16", metadata={"help": f"dtype of the published weights: {' | '.join(DTYPES)}"})
+    private: bool = field(default=False, metadata={"help": "create the repo private"})
+    revision: str | None = field(default=None, metadata={"help": "branch to commit to (created from main if missing)"})
+    dry_run: str | None = field(default=None, metadata={"help": "OUT_DIR: write the repo folder here; no network"})
+    device: str = field(default="auto", metadata={"help": "auto (cuda when available) | cpu | cuda: where the checks run "
+                                                          "the target and draft (float32, so greedy comparisons are exact)"})
+    license: str | None = field(default=None, metadata={"help": "license for the card metadata, e.g. apache-2.0"})
+
+    def __post_init__(self):
+        if not self.repo_id:
+            raise UserError("give --repo-id ORG/NAME (the Hub repo to publish to)")
+        if self.dtype not in DTYPES:
+            raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 # --- checkpoint
@@ -275,23 +277,24 @@ def log_to_wandb(
 # --- main
 
 
-def publish(args: argparse.Namespace) -> dict:
-    check_repo_id(args.repo_id)
-    meta = draft_folder.require(args.draft_dir)
-    token = None if args.dry_run else get_token()  # fail before any slow work
-    if args.dry_run and args.dry_run.exists() and any(args.dry_run.iterdir()):
+def publish(cfg: PublishConfig) -> dict:
+    draft_dir, out = Path(cfg.draft_dir), Path(cfg.dry_run) if cfg.dry_run else None
+    check_repo_id(cfg.repo_id)
+    meta = draft_folder.require(draft_dir)
+    token = None if out else get_token()  # fail before any slow work
+    if out and out.exists() and any(out.iterdir()):
         raise UserError(
-            f"--dry-run folder {args.dry_run} exists and is not empty; give a new or empty folder"
+            f"--dry-run folder {out} exists and is not empty; give a new or empty folder"
         )
-    spec = args.target or meta.get("target")
+    spec = cfg.target or meta.get("target")
     if not spec:
-        raise UserError(f"{args.draft_dir / META_FILE} names no target; pass --target")
+        raise UserError(f"{draft_dir / META_FILE} names no target; pass --target")
 
     entries = None
-    if args.eval:
-        report_path, report = modelcard.load_report(args.eval)
-        entries = modelcard.select_entries(report, report_path, args.draft_dir)
-    elif args.require_eval:
+    if cfg.eval:
+        report_path, report = modelcard.load_report(Path(cfg.eval))
+        entries = modelcard.select_entries(report, report_path, draft_dir)
+    elif cfg.require_eval:
         raise UserError(
             "--require-eval: give --eval EVAL_DIR (the folder `python -m distill.evaluate` wrote)"
         )
@@ -300,35 +303,35 @@ def publish(args: argparse.Namespace) -> dict:
     best = modelcard.headline(entries) if entries else None
     gamma = int(best["gamma"]) if best else DEFAULT_GAMMA
 
-    target, target_tok = load_target(spec, "float32", args.device)
-    work = tempfile.TemporaryDirectory(prefix="specdistill-publish-") if not args.dry_run else None
-    folder = args.dry_run or Path(work.name) / "repo"
+    target, target_tok = load_target(spec, "float32", cfg.device)
+    work = tempfile.TemporaryDirectory(prefix="specdistill-publish-") if not out else None
+    folder = out or Path(work.name) / "repo"
     try:
-        n_params = assemble(args.draft_dir, folder, resolve(spec), args.dtype, gamma)
+        n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma)
         print(f"assembled {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
-        checks = compat.run_checks(folder, args.draft_dir, target, target_tok, gamma)
+        checks = compat.run_checks(folder, draft_dir, target, target_tok, gamma)
         for c in checks:
             print(f"check {c.name:<11} {'ok  ' if c.ok else 'FAIL'} {c.detail}")
         hub_id = target_hub_id(meta, spec)
         card = modelcard.build_card(
-            repo_id=args.repo_id,
+            repo_id=cfg.repo_id,
             target_id=hub_id,
             target_spec=spec,
             meta=meta,
             config=json.loads((folder / "config.json").read_text()),
             target_config=target.config.to_dict(),
             n_params=n_params,
-            weights_dtype=args.dtype,
+            weights_dtype=cfg.dtype,
             entries=entries,
             checks=checks,
             gamma=gamma,
             reduced=(folder / VOCAB_MAP_FILE).is_file(),
-            license=args.license,
+            license=cfg.license,
         )
         card.save(folder / "README.md")
         failed = [c for c in checks if not c.ok]
         if failed:
-            where = f"; the folder is left in {folder} for inspection" if args.dry_run else ""
+            where = f"; the folder is left in {folder} for inspection" if out else ""
             raise UserError(
                 "compatibility check failed, nothing uploaded: "
                 + "; ".join(f"{c.name}: {c.detail}" for c in failed)
@@ -336,37 +339,36 @@ def publish(args: argparse.Namespace) -> dict:
             )
         numbers = modelcard.card_numbers(best) if best else {}
         result = {
-            "repo_id": args.repo_id,
-            "folder": str(folder) if args.dry_run else None,
-            "dry_run": bool(args.dry_run),
+            "repo_id": cfg.repo_id,
+            "folder": str(folder) if out else None,
+            "dry_run": bool(out),
             "checks": {c.name: c.ok for c in checks},
             "gamma": gamma,
             "numbers": numbers,
         }
-        if args.dry_run:
+        if out:
             print(f"dry run: wrote {folder}; nothing uploaded")
             return result
         _refuse_token_in(folder, token)
         url, commit = upload(
             folder,
-            args.repo_id,
+            cfg.repo_id,
             token,
-            args.private,
-            args.revision,
+            cfg.private,
+            cfg.revision,
             f"Publish draft for {hub_id or spec} (specdistill)",
         )
         print(f"published {url} (commit {commit})")
-        log_to_wandb(meta, folder, args.repo_id, url, args.revision, numbers)
-        return {**result, "url": url, "commit": commit, "revision": args.revision or "main"}
+        log_to_wandb(meta, folder, cfg.repo_id, url, cfg.revision, numbers)
+        return {**result, "url": url, "commit": commit, "revision": cfg.revision or "main"}
     finally:
         if work is not None:
             work.cleanup()
 
 
 def main(argv=None) -> None:
-    args = parse_args(argv)
     try:
-        result = publish(args)
+        result = publish(cli.parse(PublishConfig, argv, __doc__))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -2,7 +2,7 @@
 
     RUN/checkpoint-000200/            accelerate state (model, optimizer, RNG; DeepSpeed shards under ZeRO)
     RUN/checkpoint-000200/trainer_state.json   step (= data position), metrics, written last
-    RUN/checkpoint-000200/hf/         the draft as a plain HF folder (DESIGN.md "Draft checkpoint")
+    RUN/checkpoint-000200/hf/         the draft as a plain HF folder (docs/architecture.md, "Draft checkpoint folder"; written by decode.draft_folder)
 
 Everything is written under RUN/.tmp-checkpoint-000200 and renamed into place by the main process after
 every rank has finished, so a crash mid-save leaves the previous checkpoint as the newest complete one.

@@ -106,11 +106,11 @@ def span_copy(target, student: Student, vocab: VocabMap | None, ds, cfg: ProbeCo
     """Spans of random tokens (drawn from the data's response tokens, so the draft's vocabulary has them) shown
     twice: top-1 agreement with the *copy* on the second showing, for the target and for the draft."""
     rng = random.Random(cfg.seed)
-    vocab = sorted({t for r in ds["response_ids"] for t in r})
+    seen = sorted({t for r in ds["response_ids"] for t in r})
     got = {"target": 0, "draft": 0}
     n = 0
     for _ in range(cfg.spans):
-        span = [rng.choice(vocab) for _ in range(cfg.span_len)]
+        span = [rng.choice(seen) for _ in range(cfg.span_len)]
         ex = {"input_ids": span + span[:-1], "start": cfg.span_len - 1, "labels": span, "topk_ids": None,
               "topk_logprobs": None}
         pred, _ = _top1(student, vocab, [ex])

@@ -5,7 +5,7 @@
     init               target_layers | prune | random | pretrained:PATH
     vocab              "full" or N: the draft's vocabulary is the N most frequent target tokens in the data
     freeze             parts that do not train: embed (tied heads freeze with it), head, norm
-    copy_circuit       widen the draft with a hand-built induction (copy) circuit (distill/copy_circuit.py)
+    copy_circuit       widen the draft with a hand-built induction (copy) circuit (distill/train/copy_circuit.py)
 
 `prune` is Sheared-LLaMA-style structured width pruning: hidden channels, FFN channels and attention heads
 (whole KV groups, then query heads within each kept group) are ranked by mean activation magnitude of the
