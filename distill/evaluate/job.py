@@ -127,48 +127,11 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     rows = load_prompts(cfg.prompts, categories=cfg.categories or None, limit=cfg.limit, spread=True)
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
-
-    todo: list[tuple[str, int | None]] = []
     errors: list[dict] = []
-    if cfg.run:
-        found = drafts_of_run(Path(cfg.run))
-        if not found:
-            errors.append({"draft": cfg.run, "error": f"no complete checkpoints in {cfg.run} (nothing to evaluate there)"})
-            print(f"warning: {errors[-1]['error']}", file=sys.stderr)
-        todo += found[-1:] if cfg.checkpoints == "last" else found
-    todo += [(d, None) for d in cfg.drafts]
-    if cfg.anchors:  # the self-speculative baseline: the same target layers, untrained
-        layers = next((m["design"]["layers"] for d, _ in todo if (m := read_meta(d)).get("design")), None)
-        if isinstance(layers, list):
-            todo.append(("layers:" + ",".join(map(str, layers)), None))
+    todo = drafts_to_evaluate(cfg, errors)
 
     # --- every draft x γ against one shared target-alone baseline (decode.bench.measure_many)
-    gammas = cfg.gammas()
-    newest = max((s for _, s in todo if s is not None), default=None)
-    runs, labels = [], []
-    for spec, step in todo:
-        try:
-            draft = load_draft(spec, target, tok, device=cfg.device)
-        except (UserError, OSError, ValueError) as e:
-            errors.append({"draft": spec, "error": str(e)})
-            print(f"warning: draft {spec} skipped: {e}", file=sys.stderr)
-            continue
-        # the γ sweep (and transformers' assisted generation with the same draft) goes to the drafts asked for
-        # and the newest checkpoint; the untrained anchor and the earlier checkpoints (the by-step curve) run
-        # at the first γ only, which keeps evaluation time in check
-        # likewise the decoder's context lookup: every setting for the main drafts, the first for the rest;
-        # transformers' assisted generation has no lookup, so it runs next to the first setting only
-        main = not spec.startswith("layers:") and (step is None or step == newest)
-        # and the top-K candidates: every count for the main drafts, the first for the rest
-        lookups, counts = cfg.lookups(), cfg.candidate_counts()
-        grid = product(counts, lookups, gammas) if main else [(counts[0], lookups[0], gammas[0])]
-        for k, n, g in grid:
-            bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
-                               max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
-                               lookup_tokens=cfg.lookup_tokens, candidates=k, draft_weights=cfg.draft_weights,
-                               temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
-            runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0] and k == 1))
-            labels.append((spec, step, n, k))
+    runs, labels = plan_runs(cfg, todo, target, tok, errors)
     entries = []
     if runs:
         print(f"evaluating {len(runs)} draft x γ runs on {len(rows)} prompts (one shared target-alone baseline)",
@@ -197,6 +160,54 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
         report.log_wandb(result, pngs, cfg.wandb_project, out)
     result["output"] = str(out)
     return result
+
+
+def drafts_to_evaluate(cfg: EvalConfig, errors: list[dict]) -> list[tuple[str, int | None]]:
+    """(draft spec, training step or None): the run's checkpoints, the drafts asked for, and with anchors the
+    untrained cut of the same target layers (the self-speculative baseline). A run without checkpoints is
+    recorded in `errors`."""
+    todo: list[tuple[str, int | None]] = []
+    if cfg.run:
+        found = drafts_of_run(Path(cfg.run))
+        if not found:
+            errors.append({"draft": cfg.run, "error": f"no complete checkpoints in {cfg.run} (nothing to evaluate there)"})
+            print(f"warning: {errors[-1]['error']}", file=sys.stderr)
+        todo += found[-1:] if cfg.checkpoints == "last" else found
+    todo += [(d, None) for d in cfg.drafts]
+    if cfg.anchors:
+        layers = next((m["design"]["layers"] for d, _ in todo if (m := read_meta(d)).get("design")), None)
+        if isinstance(layers, list):
+            todo.append(("layers:" + ",".join(map(str, layers)), None))
+    return todo
+
+
+def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, errors: list[dict]):
+    """Load each draft and list its (draft, BenchConfig, with transformers' assisted generation) runs and labels.
+
+    The γ x lookup x top-K grid goes to the drafts asked for and the newest checkpoint; the untrained anchor and
+    the earlier checkpoints (the by-step curve) run at the first setting of each only, which keeps evaluation
+    time in check. transformers' assisted generation has no lookup and verifies one candidate per position, so
+    it runs next to the first lookup setting and candidates 1 only. A draft that does not load goes to `errors`."""
+    gammas, lookups, counts = cfg.gammas(), cfg.lookups(), cfg.candidate_counts()
+    newest = max((s for _, s in todo if s is not None), default=None)
+    runs, labels = [], []
+    for spec, step in todo:
+        try:
+            draft = load_draft(spec, target, tok, device=cfg.device)
+        except (UserError, OSError, ValueError) as e:
+            errors.append({"draft": spec, "error": str(e)})
+            print(f"warning: draft {spec} skipped: {e}", file=sys.stderr)
+            continue
+        main = not spec.startswith("layers:") and (step is None or step == newest)
+        grid = product(counts, lookups, gammas) if main else [(counts[0], lookups[0], gammas[0])]
+        for k, n, g in grid:
+            bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
+                               max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
+                               lookup_tokens=cfg.lookup_tokens, candidates=k, draft_weights=cfg.draft_weights,
+                               temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
+            runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0] and k == 1))
+            labels.append((spec, step, n, k))
+    return runs, labels
 
 
 def main(argv: list[str] | None = None) -> None:

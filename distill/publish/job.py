@@ -278,92 +278,74 @@ def log_to_wandb(
 
 
 def publish(cfg: PublishConfig) -> dict:
+    """Check the inputs (fast), assemble and check the repo folder, then upload it (or stop at a dry run)."""
     draft_dir, out = Path(cfg.draft_dir), Path(cfg.dry_run) if cfg.dry_run else None
     check_repo_id(cfg.repo_id)
     meta = draft_folder.require(draft_dir)
     token = None if out else get_token()  # fail before any slow work
     if out and out.exists() and any(out.iterdir()):
-        raise UserError(
-            f"--dry-run folder {out} exists and is not empty; give a new or empty folder"
-        )
+        raise UserError(f"--dry-run folder {out} exists and is not empty; give a new or empty folder")
     spec = cfg.target or meta.get("target")
     if not spec:
         raise UserError(f"{draft_dir / META_FILE} names no target; pass --target")
-
-    entries = None
-    if cfg.eval:
-        report_path, report = modelcard.load_report(Path(cfg.eval))
-        entries = modelcard.select_entries(report, report_path, draft_dir)
-    elif cfg.require_eval:
-        raise UserError(
-            "--require-eval: give --eval EVAL_DIR (the folder `python -m distill.evaluate` wrote)"
-        )
-    else:
-        print("warning: no --eval; the card will say that no speed numbers were measured")
+    entries = _measured_entries(cfg, draft_dir)
     best = modelcard.headline(entries) if entries else None
     gamma = int(best["gamma"]) if best else DEFAULT_GAMMA
 
-    target, target_tok = load_target(spec, "float32", cfg.device)
     work = tempfile.TemporaryDirectory(prefix="specdistill-publish-") if not out else None
     folder = out or Path(work.name) / "repo"
     try:
-        n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma)
-        print(f"assembled {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
-        checks = compat.run_checks(folder, draft_dir, target, target_tok, gamma)
-        for c in checks:
-            print(f"check {c.name:<11} {'ok  ' if c.ok else 'FAIL'} {c.detail}")
-        hub_id = target_hub_id(meta, spec)
-        card = modelcard.build_card(
-            repo_id=cfg.repo_id,
-            target_id=hub_id,
-            target_spec=spec,
-            meta=meta,
-            config=json.loads((folder / "config.json").read_text()),
-            target_config=target.config.to_dict(),
-            n_params=n_params,
-            weights_dtype=cfg.dtype,
-            entries=entries,
-            checks=checks,
-            gamma=gamma,
-            reduced=(folder / VOCAB_MAP_FILE).is_file(),
-            license=cfg.license,
-        )
-        card.save(folder / "README.md")
-        failed = [c for c in checks if not c.ok]
-        if failed:
-            where = f"; the folder is left in {folder} for inspection" if out else ""
-            raise UserError(
-                "compatibility check failed, nothing uploaded: "
-                + "; ".join(f"{c.name}: {c.detail}" for c in failed)
-                + where
-            )
+        checks = _assemble_and_check(cfg, draft_dir, folder, meta, spec, entries, gamma)
         numbers = modelcard.card_numbers(best) if best else {}
-        result = {
-            "repo_id": cfg.repo_id,
-            "folder": str(folder) if out else None,
-            "dry_run": bool(out),
-            "checks": {c.name: c.ok for c in checks},
-            "gamma": gamma,
-            "numbers": numbers,
-        }
+        result = {"repo_id": cfg.repo_id, "folder": str(folder) if out else None, "dry_run": bool(out),
+                  "checks": {c.name: c.ok for c in checks}, "gamma": gamma, "numbers": numbers}
         if out:
             print(f"dry run: wrote {folder}; nothing uploaded")
             return result
         _refuse_token_in(folder, token)
-        url, commit = upload(
-            folder,
-            cfg.repo_id,
-            token,
-            cfg.private,
-            cfg.revision,
-            f"Publish draft for {hub_id or spec} (specdistill)",
-        )
+        message = f"Publish draft for {target_hub_id(meta, spec) or spec} (specdistill)"
+        url, commit = upload(folder, cfg.repo_id, token, cfg.private, cfg.revision, message)
         print(f"published {url} (commit {commit})")
         log_to_wandb(meta, folder, cfg.repo_id, url, cfg.revision, numbers)
         return {**result, "url": url, "commit": commit, "revision": cfg.revision or "main"}
     finally:
         if work is not None:
             work.cleanup()
+
+
+def _measured_entries(cfg: PublishConfig, draft_dir: Path) -> list[dict] | None:
+    """The evaluation report's entries for this draft (one per γ), or None when no --eval was given."""
+    if cfg.eval:
+        report_path, report = modelcard.load_report(Path(cfg.eval))
+        return modelcard.select_entries(report, report_path, draft_dir)
+    if cfg.require_eval:
+        raise UserError("--require-eval: give --eval EVAL_DIR (the folder `python -m distill.evaluate` wrote)")
+    print("warning: no --eval; the card will say that no speed numbers were measured")
+    return None
+
+
+def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta: dict, spec: str,
+                        entries: list[dict] | None, gamma: int) -> list:
+    """Write the repo folder with its model card; raise (nothing uploaded) when a compatibility check failed."""
+    target, target_tok = load_target(spec, "float32", cfg.device)
+    n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma)
+    print(f"assembled {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
+    checks = compat.run_checks(folder, draft_dir, target, target_tok, gamma)
+    for c in checks:
+        print(f"check {c.name:<11} {'ok  ' if c.ok else 'FAIL'} {c.detail}")
+    card = modelcard.build_card(
+        repo_id=cfg.repo_id, target_id=target_hub_id(meta, spec), target_spec=spec, meta=meta,
+        config=json.loads((folder / "config.json").read_text()), target_config=target.config.to_dict(),
+        n_params=n_params, weights_dtype=cfg.dtype, entries=entries, checks=checks, gamma=gamma,
+        reduced=(folder / VOCAB_MAP_FILE).is_file(), license=cfg.license,
+    )
+    card.save(folder / "README.md")
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        where = f"; the folder is left in {folder} for inspection" if cfg.dry_run else ""
+        raise UserError("compatibility check failed, nothing uploaded: "
+                        + "; ".join(f"{c.name}: {c.detail}" for c in failed) + where)
+    return checks
 
 
 def main(argv=None) -> None:

@@ -1,0 +1,58 @@
+"""The draft as a plain HF folder beside each checkpoint (RUN/checkpoint-N/hf), with its specdistill.json record.
+
+decode, distill.evaluate and distill.publish load this folder (decode.draft_folder), never the accelerate state,
+so it holds the draft as the last evaluation measured it: the copy circuit calibrated, LoRA merged into plain
+weights, a reduced vocabulary's map beside it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict
+from pathlib import Path
+
+from decode import draft_folder
+from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET
+from distill.train import copy_circuit
+
+
+def record(cfg, draft, data, command: str, step: int, metrics: dict, wandb: dict | None) -> dict:
+    """specdistill.json: the target, design, data and commands behind the draft, its step and last eval metrics.
+
+    draft: job.Draft; data: job.Data (the training split: its rows and response tokens are counted).
+    """
+    infos = data.infos  # collect_info() of each --data dir, in order; the first one's settings name the prompts
+    return {
+        "target": cfg.target,
+        "target_name": DEFAULT_HUB_ID if cfg.target == DEFAULT_TARGET else cfg.target,
+        "design": {**asdict(draft.design), **draft.card, "layers": draft.layers},
+        "init": cfg.init,
+        "loss": cfg.loss,
+        "data": {"path": cfg.data, "rows": len(data.train), "tokens": sum(len(r) for r in data.train["response_ids"]),
+                 "prompts": infos[0].get("settings", {}).get("prompts"), "collect_command": infos[0].get("command"),
+                 "collect_commands": [i.get("command") for i in infos]},
+        "step": step,
+        "metrics": metrics,
+        "commands": list(dict.fromkeys(c for c in (*(i.get("command") for i in infos), command) if c)),
+        "wandb": wandb,
+        "train_config": asdict(cfg),
+    }
+
+
+def write(state_dict: dict, hf_dir: Path, model, tok, vocab_map: list[int] | None, calib_seqs: list | None,
+          meta: dict) -> None:
+    """Write the HF folder from the gathered state dict (checkpoints.save calls this on the main process).
+
+    state_dict: the Student's ("model." + the draft's keys), gathered from ZeRO-3 shards where there are any;
+    model: the draft module itself (a PeftModel under LoRA), for its config and to merge the adapter.
+    """
+    sd = {k.removeprefix("model."): v for k, v in state_dict.items()}
+    gain = copy_circuit.output_gain(model, calib_seqs) if calib_seqs else None
+    if gain is not None:  # the exported draft is the calibrated one that the proxy measured
+        norm = sd["model.norm.weight"] = sd["model.norm.weight"].clone()
+        norm[model.config.copy_circuit["private"]:] = gain
+    if hasattr(model, "merge_and_unload"):  # LoRA: a copy merges the adapter, so training's model keeps it
+        merged = copy.deepcopy(model)
+        merged.load_state_dict(sd)
+        model, sd = merged.merge_and_unload(), None
+    draft_folder.save(hf_dir, model, tok, meta, vocab_map, state_dict=sd)

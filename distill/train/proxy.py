@@ -1,0 +1,81 @@
+"""Evaluation during training: the held-out acceptance proxy, and optionally a real speculative decode.
+
+The proxy is teacher-forced top-1 agreement with the target's stored outputs on held-out rows (≈ α, the
+acceptance rate of greedy decoding), summed over every rank's share of the rows. With --spec-eval-prompts N
+the main process also decodes N held-out prompts with the target and the draft and reports the measured
+acceptance rate and τ (tokens per target forward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from decode.draft_folder import VocabMap
+from decode.options import DecodeOptions
+from decode.prompts import encode_prompt
+from decode.speculative import generate
+from decode.targets import eos_ids
+from distill.prompts import load_prompts
+from distill.train import batches, copy_circuit
+
+NEW_TOKENS = 64  # per prompt in the real decode
+
+
+@dataclass
+class HeldOut:
+    """What evaluation reads; fixed for the run."""
+    examples: list[dict]            # batches.make_examples rows, shortest first (similar lengths pad less)
+    batch_size: int                 # rows per forward on each rank
+    vocab: VocabMap | None          # reduced vocabulary: its d2t maps draft ids to target ids; None = full
+    calib_seqs: list | None         # copy circuit only: where output_gain is measured (designs.circuit_sample)
+    target: Any = None              # the real decode's target: on the main process with --spec-eval-prompts > 0
+    tok: Any = None
+    prompts: int = 0                # --spec-eval-prompts
+    gamma: int = DecodeOptions.gamma
+
+
+@torch.no_grad()
+def evaluate(accelerator, student, held: HeldOut) -> dict:
+    """eval/* metrics of the draft as exported: the copy circuit calibrated for the duration (weights restored)."""
+    model = accelerator.unwrap_model(student).model
+    ds_plugin = accelerator.state.deepspeed_plugin
+    with copy_circuit.calibrated(model, held.calib_seqs):
+        student.eval()
+        metrics = {"eval/acceptance_proxy": acceptance_proxy(accelerator, student, held)}
+        if held.target is not None and (ds_plugin is None or ds_plugin.zero_stage < 3):  # ZeRO-3 shards the weights
+            metrics.update(spec_eval(held, model))
+        student.train()
+    return metrics
+
+
+def acceptance_proxy(accelerator, student, held: HeldOut) -> float:
+    """Share of held-out positions where the draft's argmax is the target's top-1; rank r takes every
+    world-th batch from r, and one reduce sums (agreements, positions) over ranks."""
+    rank, world, size = accelerator.process_index, accelerator.num_processes, held.batch_size
+    d2t = held.vocab.d2t if held.vocab is not None else None
+    agree = torch.zeros(2, device=accelerator.device)  # (agreements, positions)
+    for i in range(rank * size, len(held.examples), world * size):
+        b = batches.collate(held.examples[i: i + size], held.vocab)
+        b = {k: v.to(accelerator.device) for k, v in b.items()}
+        pred = student(b["input_ids"], b["attention_mask"], b["sel"]).argmax(-1)  # (N,) draft ids
+        pred = d2t.to(pred.device)[pred] if d2t is not None else pred  # (N,) target ids
+        agree += torch.stack([(pred == b["target_top1"]).sum().float(), torch.tensor(float(len(pred)), device=pred.device)])
+    agree = accelerator.reduce(agree, "sum")
+    return round((agree[0] / agree[1].clamp_min(1)).item(), 4)
+
+
+def spec_eval(held: HeldOut, model) -> dict:
+    """Greedy speculative decoding of the first held.prompts held-out prompts: acceptance rate and τ."""
+    d2t = held.vocab.d2t if held.vocab is not None else None
+    model.eval()
+    proposed = accepted = rounds = 0
+    for row in load_prompts("heldout", limit=held.prompts):
+        ids = encode_prompt(held.tok, row)
+        _, st = generate(held.target, model, ids, NEW_TOKENS, DecodeOptions(gamma=held.gamma),
+                         eos_token_ids=eos_ids(held.target, held.tok), vocab_map=d2t)
+        proposed, accepted, rounds = proposed + st.proposed, accepted + st.accepted, rounds + st.rounds
+    model.train()
+    return {"eval/acceptance_rate": round(accepted / max(proposed, 1), 4), "eval/tau": round((accepted + rounds) / max(rounds, 1), 4)}
