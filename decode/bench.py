@@ -313,11 +313,7 @@ def _device_name(device: str) -> str:
 
 
 def main(argv=None) -> None:
-    try:
-        cfg = parse_args(argv)
-        result = run(cfg)
-    except UserError as e:
-        sys.exit(f"error: {e}")
+    cfg, result = cli.run_job(BenchConfig, lambda cfg, argv: run(cfg), argv, __doc__)
     line = json.dumps(result)
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import types
 import typing
 from pathlib import Path
@@ -146,6 +147,18 @@ def parse(cls, argv=None, doc: str | None = None):
         return cls(**values)
     except TypeError as e:
         raise UserError(f"bad config: {e}") from None
+
+
+def run_job(cls, job, argv=None, doc: str | None = None):
+    """A job's main(): parse argv (sys.argv[1:] by default) into a `cls` config, then job(cfg, argv). Any UserError,
+    from parsing or from the job, ends the process with its one line on stderr (exit 1), not a traceback.
+    Returns (cfg, what job returned)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        cfg = parse(cls, argv, doc)
+        return cfg, job(cfg, argv)
+    except UserError as e:
+        sys.exit(f"error: {e}")
 
 
 def load_yaml(path: str | Path, fields: set[str]) -> dict:

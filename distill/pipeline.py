@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -111,12 +110,7 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg = cli.parse(PipelineConfig, argv, __doc__)
-        summary = run(cfg, argv)
-    except UserError as e:
-        sys.exit(f"error: {e}")
+    _, summary = cli.run_job(PipelineConfig, run, argv, __doc__)
     print(json.dumps(summary))
 
 

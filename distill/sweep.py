@@ -159,11 +159,7 @@ def run(cfg: SweepConfig, argv: list[str] | None = None) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        cfg = cli.parse(SweepConfig, argv, __doc__)
-        run(cfg, sys.argv[1:] if argv is None else argv)
-    except UserError as e:
-        sys.exit(f"error: {e}")
+    cli.run_job(SweepConfig, run, argv, __doc__)
 
 
 if __name__ == "__main__":

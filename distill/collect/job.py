@@ -202,12 +202,7 @@ def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg = cli.parse(CollectConfig, argv, __doc__)
-        info = run(cfg, argv)
-    except UserError as e:
-        sys.exit(f"error: {e}")
+    cfg, info = cli.run_job(CollectConfig, run, argv, __doc__)
     if info:
         print(f"collected {info['rows']} prompts, {info['tokens']} tokens at {info['tokens_per_s']} tokens/s "
               f"({info['bytes_per_token']} bytes/token) into {cfg.output}")

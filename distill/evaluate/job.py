@@ -211,12 +211,7 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg = cli.parse(EvalConfig, argv, __doc__)
-        result = run(cfg, argv)
-    except UserError as e:
-        sys.exit(f"error: {e}")
+    _, result = cli.run_job(EvalConfig, run, argv, __doc__)
     from distill.evaluate import report
 
     print(report.headline(result))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,9 +348,5 @@ def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta:
 
 
 def main(argv=None) -> None:
-    try:
-        result = publish(cli.parse(PublishConfig, argv, __doc__))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    _, result = cli.run_job(PublishConfig, lambda cfg, argv: publish(cfg), argv, __doc__)
     print(json.dumps(result))

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from decode.cli import parse
+from decode.cli import run_job
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.lookup import MAX_NGRAM, longest_match
@@ -124,11 +123,7 @@ def span_copy(target, student: Student, vocab: VocabMap | None, ds, cfg: ProbeCo
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        cfg = parse(ProbeConfig, argv, doc=__doc__)
-        r = probe(cfg)
-    except UserError as e:
-        sys.exit(f"error: {e}")
+    cfg, r = run_job(ProbeConfig, lambda cfg, argv: probe(cfg), argv, __doc__)
     print(f"{r['positions']} held-out positions; draft top-1 agreement {r['draft_agreement']:.3f}")
     print("min match | share | lookup there | draft there | lookup else draft")
     for k, s in r["by_min_match"].items():

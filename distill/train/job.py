@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -113,12 +112,7 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg = cli.parse(TrainConfig, argv, __doc__)
-        train(cfg, argv)
-    except UserError as e:
-        sys.exit(f"error: {e}")
+    cli.run_job(TrainConfig, train, argv, __doc__)
 
 
 def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path:
