@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -348,5 +349,9 @@ def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta:
 
 
 def main(argv=None) -> None:
-    _, result = cli.run_job(PublishConfig, lambda cfg, argv: publish(cfg), argv, __doc__)
+    try:  # the message to stderr and exit status 1 (publish's tests and scripts read both)
+        result = publish(cli.parse(PublishConfig, argv, __doc__))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     print(json.dumps(result))
