@@ -103,6 +103,13 @@ def resolve(spec: str) -> str:
     return spec  # a Hub id; from_pretrained reports if the Hub cannot be reached
 
 
+def resolve_device(name: str) -> str:
+    """`auto`: this process's GPU when CUDA is there (LOCAL_RANK under a launcher), else the CPU; others as given."""
+    if name != "auto":
+        return name
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
+
+
 def parse_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype

@@ -26,7 +26,7 @@ from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.prompts import check_context, encode_prompt
 from decode.sampling import SamplingParams
-from decode.targets import eos_ids, load_draft, load_target
+from decode.targets import eos_ids, load_draft, load_target, resolve_device
 from distill.collect import shards
 from distill.collect.generation import generate_batch, score_batch
 from distill.prompts import load_prompts, split_response
@@ -86,14 +86,6 @@ def _rank_world(cfg: CollectConfig) -> tuple[int, int]:
     return rank, world
 
 
-def _device(name: str) -> str:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-        return "cpu"
-    return name
-
-
 def prepare(cfg: CollectConfig, tokenizer, max_positions: int) -> list[dict]:
     """Prompts with token ids (and response ids in scoring mode), all checked before anything runs."""
     rows = load_prompts(cfg.prompts, cfg.columns, cfg.split, cfg.categories or None, cfg.limit)
@@ -115,7 +107,7 @@ def prepare(cfg: CollectConfig, tokenizer, max_positions: int) -> list[dict]:
 def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None = None) -> dict | None:
     """Collect (resumable). `command`: the command line to record, when another job (pipeline, sweep) runs this stage."""
     out = Path(cfg.output)
-    device = _device(cfg.device)
+    device = resolve_device(cfg.device)
     target, tok = load_target(cfg.target, cfg.dtype, device)
     vocab = target.config.vocab_size
     if cfg.topk > vocab:

@@ -25,7 +25,7 @@ from decode.bench import BenchConfig, encode_all, measure_many
 from decode.draft_folder import read_meta
 from decode.errors import UserError
 from decode.options import DecodeOptions
-from decode.targets import eos_ids, load_draft, load_target
+from decode.targets import eos_ids, load_draft, load_target, resolve_device
 from distill.prompts import load_prompts, resolve
 from distill.train import checkpoints
 
@@ -55,7 +55,7 @@ class EvalConfig:
     report_to: str = field(default="none", metadata={"help": "wandb | none"})
     wandb_project: str = field(default="specdistill", metadata={"help": "W&B project"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
-    device: str = field(default="cpu", metadata={"help": "cpu | cuda"})
+    device: str = field(default="auto", metadata={"help": "auto (CUDA when present, else CPU) | cpu | cuda[:N]"})
     dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16"})
 
     def __post_init__(self):
@@ -125,7 +125,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     out = Path(cfg.output or (Path(cfg.run) / "eval" if cfg.run else "runs/eval"))
     out.mkdir(parents=True, exist_ok=True)
     rows = load_prompts(cfg.prompts, categories=cfg.categories or None, limit=cfg.limit, spread=True)
-    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
+    target, tok = load_target(cfg.target, cfg.dtype, resolve_device(cfg.device))
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
     errors: list[dict] = []
     todo = drafts_to_evaluate(cfg, errors)
@@ -193,7 +193,7 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
     runs, labels = [], []
     for spec, step in todo:
         try:
-            draft = load_draft(spec, target, tok, device=cfg.device)
+            draft = load_draft(spec, target, tok, device=str(target.device))
         except (UserError, OSError, ValueError) as e:
             errors.append({"draft": spec, "error": str(e)})
             print(f"warning: draft {spec} skipped: {e}", file=sys.stderr)
@@ -204,7 +204,7 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
             bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
                                max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
                                lookup_tokens=cfg.lookup_tokens, candidates=k, draft_weights=cfg.draft_weights,
-                               temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
+                               temperature=cfg.temperature, seed=cfg.seed, device=str(target.device), dtype=cfg.dtype)
             runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0] and k == 1))
             labels.append((spec, step, n, k))
     return runs, labels

@@ -36,7 +36,7 @@ from decode import cli, draft_folder
 from decode.draft_folder import META_FILE, VOCAB_MAP_FILE, assistant_config
 from decode.errors import UserError
 from decode.options import DecodeOptions
-from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, load_target, resolve
+from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, load_target, resolve, resolve_device
 from distill.publish import compat, modelcard
 
 DEFAULT_GAMMA = DecodeOptions.gamma  # γ written to generation_config.json when no evaluation says better
@@ -74,8 +74,6 @@ class PublishConfig:
             raise UserError("give --repo-id ORG/NAME (the Hub repo to publish to)")
         if self.dtype not in DTYPES:
             raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.device == "auto":
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 # --- checkpoint
@@ -327,7 +325,7 @@ def _measured_entries(cfg: PublishConfig, draft_dir: Path) -> list[dict] | None:
 def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta: dict, spec: str,
                         entries: list[dict] | None, gamma: int) -> list:
     """Write the repo folder with its model card; raise (nothing uploaded) when a compatibility check failed."""
-    target, target_tok = load_target(spec, "float32", cfg.device)
+    target, target_tok = load_target(spec, "float32", resolve_device(cfg.device))
     n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma)
     print(f"assembled {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
     checks = compat.run_checks(folder, draft_dir, target, target_tok, gamma)

@@ -9,6 +9,7 @@ tail bin), and input tokens outside the draft's vocabulary are read as draft id 
 from __future__ import annotations
 
 import random
+import warnings
 
 import torch
 
@@ -16,26 +17,33 @@ from decode.draft_folder import VocabMap
 
 
 def make_examples(ds, max_seq_len: int) -> list[dict]:
-    """Rows -> examples (prompt cut from the left when prompt + response exceeds max_seq_len)."""
-    examples = []
+    """Rows -> examples of at most max_seq_len tokens: the prompt is cut from the left, and a response longer than
+    max_seq_len - 1 keeps its first max_seq_len - 1 tokens (warned: the rest trains nothing). Label t and teacher
+    row t are always the same response position."""
+    examples, cut = [], 0
     for row in ds:
         resp = list(row["response_ids"])
         if not resp:
             continue
+        cut += len(resp) > max_seq_len - 1
         resp = resp[: max_seq_len - 1]
-        prompt = list(row["prompt_ids"])[-(max_seq_len - len(resp)):] if max_seq_len > len(resp) else []
+        prompt = list(row["prompt_ids"])[-(max_seq_len - len(resp)):]
+        first = 0  # response position of labels[0]
         if not prompt:
-            prompt, resp = resp[:1], resp[1:]  # needs one token of context
+            prompt, resp, first = resp[:1], resp[1:], 1  # needs one token of context
             if not resp:
                 continue
-        n = len(resp)
+        rows = slice(first, first + len(resp))  # the teacher rows of exactly these labels
         examples.append({
             "input_ids": prompt + resp[:-1],
             "start": len(prompt) - 1,
             "labels": resp,
-            "topk_ids": [list(r) for r in row["topk_ids"][-n:]] if row["topk_ids"] else None,
-            "topk_logprobs": [list(r) for r in row["topk_logprobs"][-n:]] if row["topk_logprobs"] else None,
+            "topk_ids": [list(r) for r in row["topk_ids"][rows]] if row["topk_ids"] else None,
+            "topk_logprobs": [list(r) for r in row["topk_logprobs"][rows]] if row["topk_logprobs"] else None,
         })
+    if cut:
+        warnings.warn(f"{cut} of {len(ds)} responses are longer than max_seq_len - 1 and were cut to their first "
+                      f"{max_seq_len - 1} tokens; raise --max-seq-len to train on all of them", stacklevel=2)
     return examples
 
 
