@@ -119,13 +119,18 @@ class FastLlama:
 
     @staticmethod
     def supports(model) -> bool:
-        c = model.config
-        if getattr(c, "model_type", None) not in FAST_MODEL_TYPES:
+        if not FastLlama.supports_config(model.config):
             return False
-        if getattr(c, "use_sliding_window", False) or (c.model_type == "mistral" and getattr(c, "sliding_window", None)):
-            return False  # FastLlama has no sliding-window mask; HFRunner applies the model's own
         m = getattr(model, "model", None)
         return m is not None and hasattr(m, "layers") and hasattr(m, "rotary_emb")
+
+    @staticmethod
+    def supports_config(c) -> bool:
+        """What a model's config alone says: a llama-family model without a sliding window."""
+        if getattr(c, "model_type", None) not in FAST_MODEL_TYPES:
+            return False
+        # FastLlama has no sliding-window mask; HFRunner applies the model's own
+        return not (getattr(c, "use_sliding_window", False) or (c.model_type == "mistral" and getattr(c, "sliding_window", None)))
 
     @torch.no_grad()
     def __init__(self, model, weights: str = "float32"):

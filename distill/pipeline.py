@@ -18,8 +18,12 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from transformers import AutoConfig
+
 from decode import cli
 from decode.errors import UserError
+from decode.runners import FAST_MODEL_TYPES, FastLlama
+from decode.targets import resolve
 from distill import collect, evaluate, train
 from distill.evaluate.report import headline
 
@@ -65,6 +69,16 @@ def data_stages(target: str, out: Path, collect_over: dict, heldout_over: dict):
     return c, h
 
 
+def check_target(target: str, t, e) -> None:
+    """Refuse, from the target's config alone, a draft design or decoder setting its architecture cannot take."""
+    tc = AutoConfig.from_pretrained(resolve(target))
+    t.design().check(tc)  # widths, layers, vocabulary, and the copy circuit's Llama-only build
+    if max(e.candidate_counts()) > 1 and not FastLlama.supports_config(tc):
+        raise UserError(f"evaluate: candidates {e.candidates} (the draft's top-K verified at the first position) needs "
+                        f"the FastLlama runner ({', '.join(FAST_MODEL_TYPES)} models without a sliding window); this "
+                        f"target is {tc.model_type!r}: set evaluate: {{candidates: 1}}")
+
+
 def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,8 +87,16 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     command = "python -m distill.pipeline " + " ".join(argv)  # recorded by every stage it runs
     timings = {}
 
-    t0 = time.perf_counter()
+    # --- every stage's settings, and what the target's config alone can refuse, before the first stage runs:
+    # collection takes minutes here and hours on a large target
     c, h = data_stages(cfg.target, out, s["collect"], s["heldout"])
+    t = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
+                                         "output": str(out / "train")}, s["train"], "train")
+    e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")},
+                     s["evaluate"], "evaluate")
+    check_target(cfg.target, t, e)
+
+    t0 = time.perf_counter()
     print(f"== collect: target outputs on the train prompts -> {c.output}", flush=True)
     collect.run(c, command=command)
     print(f"== collect: held-out outputs for the acceptance proxy -> {h.output}", flush=True)
@@ -83,8 +105,6 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
 
     t0 = time.perf_counter()
     print(f"== train -> {out / 'train'}", flush=True)
-    t = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output, "output": str(out / "train")},
-               s["train"], "train")
     if cfg.accelerate_config:
         yaml_path = out / "train.yaml"
         import yaml
@@ -100,7 +120,6 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
 
     t0 = time.perf_counter()
     print(f"== evaluate -> {out / 'eval'}", flush=True)
-    e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")}, s["evaluate"], "evaluate")
     result = evaluate.run(e, command=command)
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"), "timings": timings}

@@ -59,14 +59,21 @@ SCALE_SEQUENCES = 32  # sequences the residual scale is measured on
 NGRAM = 2           # match this token and the one before (1: this token only)
 
 
-def _check(model) -> None:
-    c = model.config
+def check_architecture(c) -> None:
+    """The circuit is written for Llama-architecture models with default RoPE; c: the draft's config, or the
+    target's, whose architecture a draft cut or pruned from it keeps (so a pipeline can refuse before collecting)."""
     if c.model_type != "llama":
-        raise UserError(f"copy_circuit builds into Llama-architecture drafts; this draft is {c.model_type!r}")
-    if c.num_hidden_layers < 2:
-        raise UserError("copy_circuit needs a draft of 2 or more layers (a previous-token head feeds the induction head)")
+        raise UserError(f"copy_circuit builds into Llama-architecture drafts; this draft is {c.model_type!r}: "
+                        "train without it (copy_circuit: false)")
     if _rope(c)[0] != "default":
-        raise UserError(f"copy_circuit assumes default RoPE; this draft uses {_rope(c)[0]!r}")
+        raise UserError(f"copy_circuit assumes default RoPE; this draft uses {_rope(c)[0]!r}: "
+                        "train without it (copy_circuit: false)")
+
+
+def _check(model) -> None:
+    check_architecture(model.config)
+    if model.config.num_hidden_layers < 2:
+        raise UserError("copy_circuit needs a draft of 2 or more layers (a previous-token head feeds the induction head)")
 
 
 def _rope(c) -> tuple[str, float]:

@@ -26,6 +26,7 @@ from decode import latency
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.targets import draft_from_layers, load_model
+from distill.train import copy_circuit
 
 
 @dataclass
@@ -91,6 +92,8 @@ class DraftDesign:
                 raise UserError(f"vocab={self.vocab!r}: use 'full' or a size between 2 and the target's {tc.vocab_size}")
         if self.copy_circuit and len(self.layer_indices(tc.num_hidden_layers)) < 2:
             raise UserError("copy_circuit needs 2 or more layers: a previous-token head feeds the induction head")
+        if self.copy_circuit and not str(self.init).startswith("pretrained:"):  # the draft keeps the target's kind
+            copy_circuit.check_architecture(tc)
         unknown = set(self.freeze) - {"embed", "head", "norm"}
         if unknown:
             raise UserError(f"freeze: unknown part(s) {sorted(unknown)}; choose from embed, head, norm")
