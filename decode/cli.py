@@ -55,7 +55,7 @@ class JobParser(HfArgumentParser):
     Every flag's default is suppressed: the namespace holds only what the command line gave."""
 
     def __init__(self, cls, doc: str | None = None):
-        self.job, self.hints = cls, typing.get_type_hints(cls)
+        self.hints = typing.get_type_hints(cls)
         super().__init__(cls, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
         self.add_argument("--config", help="YAML file overriding the defaults (command-line flags override it)")
         defaults = {f.name: f.default if f.default is not dataclasses.MISSING else "(computed)"

@@ -50,6 +50,10 @@ class VocabMap:
         """Target ids (any shape) -> draft input ids, 0 outside the draft vocabulary."""
         return self.teacher(ids).clamp(min=0) if self.reduced else ids
 
+    def targets(self, ids: torch.Tensor) -> torch.Tensor:
+        """Draft ids (any shape) -> target ids."""
+        return self.d2t.to(ids.device)[ids] if self.reduced else ids
+
     def to_draft(self, ids: list[int]) -> list[int]:
         """A few target ids -> draft input ids (the decode loop's per-round feed)."""
         return [self._inputs[t] for t in ids] if self.reduced else ids

@@ -23,6 +23,7 @@ def test_the_map_and_its_inversion():
     assert v.inputs(ids).tolist() == [[0, 0], [2, 3]]  # context outside the vocabulary is read as draft id 0
     assert v.to_draft([7, 5, 9]) == [0, 0, 2]  # the decode loop's list form agrees with the tensor form
     assert [v.to_target(j) for j in range(4)] == D2T
+    assert v.targets(torch.tensor([[3, 0], [2, 1]])).tolist() == [[0, 7], [9, 2]]
     q = torch.tensor([0.1, 0.2, 0.3, 0.4])
     assert v.expand(q).tolist() == pytest.approx([0.4, 0, 0.2, 0, 0, 0, 0, 0.1, 0, 0.3])
 

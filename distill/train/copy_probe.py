@@ -74,7 +74,7 @@ def _top1(student: Student, vocab: VocabMap | None, ex: list[dict]) -> tuple[tor
     """The draft's top-1 (target ids) at every response position of the examples, and the collated batch."""
     b = batches.collate(ex, vocab)
     pred = student(b["input_ids"], b["attention_mask"], b["sel"]).argmax(-1)  # (N,)
-    return (vocab.d2t[pred] if vocab is not None else pred), b
+    return (vocab.targets(pred) if vocab is not None else pred), b
 
 
 def probe(cfg: ProbeConfig) -> dict:

@@ -55,13 +55,12 @@ def acceptance_proxy(accelerator, student, held: HeldOut) -> float:
     """Share of held-out positions where the draft's argmax is the target's top-1; rank r takes every
     world-th batch from r, and one reduce sums (agreements, positions) over ranks."""
     rank, world, size = accelerator.process_index, accelerator.num_processes, held.batch_size
-    d2t = held.vocab.d2t if held.vocab is not None else None
     agree = torch.zeros(2, device=accelerator.device)  # (agreements, positions)
     for i in range(rank * size, len(held.examples), world * size):
         b = batches.collate(held.examples[i: i + size], held.vocab)
         b = {k: v.to(accelerator.device) for k, v in b.items()}
         pred = student(b["input_ids"], b["attention_mask"], b["sel"]).argmax(-1)  # (N,) draft ids
-        pred = d2t.to(pred.device)[pred] if d2t is not None else pred  # (N,) target ids
+        pred = held.vocab.targets(pred) if held.vocab is not None else pred  # (N,) target ids
         agree += torch.stack([(pred == b["target_top1"]).sum().float(), torch.tensor(float(len(pred)), device=pred.device)])
     agree = accelerator.reduce(agree, "sum")
     return round((agree[0] / agree[1].clamp_min(1)).item(), 4)
