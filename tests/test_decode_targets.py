@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import decode.targets as targets
-from decode import DecodeOptions, generate
+from decode import DecodeOptions, generate, layer_cut
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_load_draft_variants(tiny_llama, tiny_tokenizer):
 
 def test_draft_from_layers_copies_the_chosen_layers(tiny_llama):
     target = tiny_llama(0, layers=3)
-    draft = targets.draft_from_layers(target, [0, 2])
+    draft = layer_cut.draft_from_layers(target, [0, 2])
     assert draft.config.num_hidden_layers == 2 and target.config.num_hidden_layers == 3
     sd_t, sd_d = target.state_dict(), draft.state_dict()
     assert torch.equal(sd_d["model.layers.1.mlp.up_proj.weight"], sd_t["model.layers.2.mlp.up_proj.weight"])
@@ -109,7 +109,7 @@ def test_draft_from_layers_copies_the_chosen_layers(tiny_llama):
     )
     assert torch.equal(sd_d["lm_head.weight"], sd_t["lm_head.weight"])
     # all layers: the same function as the target; and the decoder stays lossless with a partial copy
-    full = targets.draft_from_layers(target, [0, 1, 2])
+    full = layer_cut.draft_from_layers(target, [0, 1, 2])
     x = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         torch.testing.assert_close(full(x).logits, target(x).logits)

@@ -31,7 +31,7 @@ from transformers import (
 )
 
 from decode.draft_folder import VOCAB_MAP_FILE
-from decode.targets import draft_from_layers
+from decode.layer_cut import draft_from_layers
 from distill import publish
 from distill.publish import compat, modelcard
 

@@ -25,7 +25,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from decode import latency
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
-from decode.targets import draft_from_layers, load_model
+from decode.layer_cut import draft_from_layers
+from decode.targets import load_model
 from distill.train import copy_circuit
 
 
