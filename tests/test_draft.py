@@ -15,15 +15,8 @@ import torch
 from decode.errors import UserError
 from decode.options import DecodeOptions
 from decode.speculative import generate
-from distill.train.designs import (
-    DraftDesign,
-    _prune,
-    apply_freeze,
-    build_draft,
-    describe,
-    frequent_tokens,
-    importance,
-)
+from distill.train.designs import DraftDesign, apply_freeze, build_draft, describe, frequent_tokens
+from distill.train.prune import importance, prune
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -207,7 +200,7 @@ def test_prune_picks_query_heads_within_each_kept_group(tiny_llama):
             num_attention_heads=nh,
             num_key_value_heads=nkv,
         )
-        draft = _prune(target, [0], design, imp)
+        draft = prune(target, [0], design.widths(target.config), imp)
         qr = [h * HD + j for h in q_heads for j in range(HD)]
         q = draft.state_dict()["model.layers.0.self_attn.q_proj.weight"]
         assert torch.equal(q, src["model.layers.0.self_attn.q_proj.weight"][qr][:, hk])

@@ -7,9 +7,7 @@
     freeze             parts that do not train: embed (tied heads freeze with it), head, norm
     copy_circuit       widen the draft with a hand-built induction (copy) circuit (distill/train/copy_circuit.py)
 
-`prune` is Sheared-LLaMA-style structured width pruning: hidden channels, FFN channels and attention heads
-(whole KV groups, then query heads within each kept group) are ranked by mean activation magnitude of the
-target on collected data, and the top ones are kept. A reduced vocabulary keeps the matching rows of the
+`prune` is Sheared-LLaMA-style structured width pruning (distill/train/prune.py). A reduced vocabulary keeps the matching rows of the
 embedding and head; `vocab_map[i]` is the target id of draft id i (stored as decode.draft_folder.VOCAB_MAP_FILE).
 """
 
@@ -18,6 +16,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -25,9 +24,17 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from decode import latency
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
-from decode.layer_cut import draft_from_layers
-from decode.targets import load_model
+from decode.layer_cut import (
+    config_dtype,
+    cut_config,
+    draft_from_files,
+    draft_from_layers,
+    has_safetensors,
+    target_generation_config,
+)
+from decode.targets import check_tokenizers, load_model
 from distill.train import copy_circuit
+from distill.train.prune import PRUNE_TYPES, ffn_name, importance, prune, target_widths
 
 
 @dataclass
@@ -58,18 +65,33 @@ class DraftDesign:
     def widths(self, tc) -> dict:
         """The draft's widths for target config `tc`: unset ones are the target's, except that unset KV heads
         are min(target's KV heads, the draft's heads) (so narrowing the heads keeps grouped-query attention)."""
-        heads = self.num_attention_heads or tc.num_attention_heads
-        t_kv = getattr(tc, "num_key_value_heads", None) or tc.num_attention_heads
-        return {"hidden_size": self.hidden_size or tc.hidden_size,
-                "intermediate_size": self.intermediate_size or tc.intermediate_size,
-                "num_attention_heads": heads, "num_key_value_heads": self.num_key_value_heads or min(t_kv, heads)}
+        t = target_widths(tc)
+        heads = self.num_attention_heads or t["num_attention_heads"]
+        return {"hidden_size": self.hidden_size or t["hidden_size"],
+                "intermediate_size": self.intermediate_size or t["intermediate_size"],
+                "num_attention_heads": heads,
+                "num_key_value_heads": self.num_key_value_heads or min(t["num_key_value_heads"], heads)}
+
+    @staticmethod
+    def _check_prune(tc, widths: dict, t: dict) -> None:
+        if tc.model_type not in PRUNE_TYPES:
+            raise UserError(f"init=prune does not support {tc.model_type!r} targets (width pruning knows "
+                            f"{', '.join(PRUNE_TYPES)}); use init=target_layers")
+        wider = [k for k, v in widths.items() if v > t[k]]
+        if wider:
+            raise UserError(f"init=prune can only narrow the target: {wider} exceed the target's")
+        heads, kv = widths["num_attention_heads"], widths["num_key_value_heads"]
+        t_group = t["num_attention_heads"] // t["num_key_value_heads"]
+        if heads // kv > t_group:
+            raise UserError(f"init=prune: {heads} heads over {kv} KV heads needs {heads // kv} query heads per KV "
+                            f"group; the target has {t_group}")
 
     def check(self, tc) -> None:
         """Reject designs that are impossible for target config `tc`, naming the problem."""
         self.layer_indices(tc.num_hidden_layers)
         if self.init not in ("target_layers", "prune", "random") and not str(self.init).startswith("pretrained:"):
             raise UserError(f"init={self.init!r}: use target_layers, prune, random or pretrained:PATH")
-        widths = self.widths(tc)
+        widths, t = self.widths(tc), target_widths(tc)
         h, heads, kv = widths["hidden_size"], widths["num_attention_heads"], widths["num_key_value_heads"]
         if heads % kv:
             raise UserError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}; "
@@ -77,17 +99,14 @@ class DraftDesign:
         if self.init == "random" and h % heads:
             raise UserError(f"hidden_size={h} is not divisible by num_attention_heads={heads}")
         if self.init == "target_layers":
-            changed = [k for k, v in widths.items() if v != getattr(tc, k)]
+            changed = [k for k, v in widths.items() if v != t[k]]
             if changed:
                 raise UserError(f"init=target_layers copies layers whole, so {changed} must equal the target's; use init=prune to narrow them")
         if self.init == "prune":
-            wider = [k for k, v in widths.items() if v > getattr(tc, k)]
-            if wider:
-                raise UserError(f"init=prune can only narrow the target: {wider} exceed the target's")
-            t_group = tc.num_attention_heads // (getattr(tc, "num_key_value_heads", None) or tc.num_attention_heads)
-            if heads // kv > t_group:
-                raise UserError(f"init=prune: {heads} heads over {kv} KV heads needs {heads // kv} query heads per KV "
-                                f"group; the target has {t_group}")
+            self._check_prune(tc, widths, t)
+        if kv != heads and not hasattr(tc, "num_key_value_heads") and self.init in ("random", "prune"):
+            raise UserError(f"num_key_value_heads={kv}: {tc.model_type} has no grouped-query attention; "
+                            f"leave it unset or equal to num_attention_heads={heads}")
         if self.vocab != "full":
             if not isinstance(self.vocab, int) or not 1 < self.vocab <= tc.vocab_size:
                 raise UserError(f"vocab={self.vocab!r}: use 'full' or a size between 2 and the target's {tc.vocab_size}")
@@ -100,37 +119,7 @@ class DraftDesign:
             raise UserError(f"freeze: unknown part(s) {sorted(unknown)}; choose from embed, head, norm")
 
 
-# --- importance (for prune) and token frequency (for a reduced vocabulary), both measured on collected data
-
-
-@torch.no_grad()
-def importance(target, rows: list[list[int]]) -> dict:
-    """Mean activation magnitudes of the target on token sequences: hidden channels (H,), and per layer the FFN
-    channels (I,) (input of down_proj) and query heads (heads,) (norm of each head's slice entering o_proj)."""
-    n_layers = target.config.num_hidden_layers
-    hd = getattr(target.config, "head_dim", None) or target.config.hidden_size // target.config.num_attention_heads
-    ffn = [0.0] * n_layers
-    heads = [0.0] * n_layers
-    hooks = []
-    for i, layer in enumerate(target.model.layers):
-        def ffn_hook(mod, args, i=i):
-            ffn[i] = ffn[i] + args[0].abs().flatten(0, -2).mean(0)
-
-        def head_hook(mod, args, i=i):
-            x = args[0].flatten(0, -2)  # (tokens, heads * hd)
-            heads[i] = heads[i] + x.view(x.shape[0], -1, hd).norm(dim=-1).mean(0)
-
-        hooks += [layer.mlp.down_proj.register_forward_pre_hook(ffn_hook),
-                  layer.self_attn.o_proj.register_forward_pre_hook(head_hook)]
-    hidden = 0.0
-    try:
-        for ids in rows:
-            out = target(input_ids=torch.tensor([ids], device=target.device), output_hidden_states=True)
-            hidden = hidden + sum(h[0].abs().mean(0) for h in out.hidden_states)
-    finally:
-        for h in hooks:
-            h.remove()
-    return {"hidden": hidden, "ffn": ffn, "heads": heads}
+# --- token frequency (for a reduced vocabulary), measured on collected data
 
 
 def frequent_tokens(sequences, n: int, always: list[int]) -> list[int]:
@@ -150,116 +139,128 @@ def frequent_tokens(sequences, n: int, always: list[int]) -> list[int]:
     return keep
 
 
-# --- construction
+# --- construction: from a loaded target, or from the target's folder (reading only what the draft needs)
 
 
-def _prune(target, layers: list[int], design: DraftDesign, imp: dict):
-    tc = target.config
-    hd = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
-    w = design.widths(tc)  # checked by design.check: narrower than the target, whole KV groups
-    H, inter, nh, nkv = w["hidden_size"], w["intermediate_size"], w["num_attention_heads"], w["num_key_value_heads"]
-    group_t, group_d = tc.num_attention_heads // tc.num_key_value_heads, nh // nkv
-    top = lambda x, k: torch.topk(torch.as_tensor(x, dtype=torch.float32), k).indices.sort().values  # noqa: E731
-    hk = top(imp["hidden"], H)
-    cfg = AutoConfig.for_model(**tc.to_dict())
-    cfg.update(dict(num_hidden_layers=len(layers), hidden_size=H, intermediate_size=inter, num_attention_heads=nh,
-                    num_key_value_heads=nkv, head_dim=hd))
-    if getattr(cfg, "layer_types", None):
-        cfg.layer_types = [tc.layer_types[i] for i in layers]
-    draft = AutoModelForCausalLM.from_config(cfg, dtype=target.dtype)
-    src, sd = target.state_dict(), {}
-    for key in ("model.embed_tokens.weight", "lm_head.weight"):
-        if key in src:
-            sd[key] = src[key][:, hk]
-    sd["model.norm.weight"] = src["model.norm.weight"][hk]
-    for d, s in enumerate(layers):
-        p, q = f"model.layers.{s}.", f"model.layers.{d}."
-        fk = top(imp["ffn"][s], inter)
-        head_imp = torch.as_tensor(imp["heads"][s]).view(tc.num_key_value_heads, group_t)
-        kv_keep = top(head_imp.sum(1), nkv)
-        q_heads = torch.cat([g * group_t + top(head_imp[g], group_d) for g in kv_keep.tolist()])
-        rows = lambda heads: (heads[:, None] * hd + torch.arange(hd)).flatten()  # noqa: E731
-        qr, kvr = rows(q_heads), rows(kv_keep)
-        sd[q + "input_layernorm.weight"] = src[p + "input_layernorm.weight"][hk]
-        sd[q + "post_attention_layernorm.weight"] = src[p + "post_attention_layernorm.weight"][hk]
-        sd[q + "self_attn.q_proj.weight"] = src[p + "self_attn.q_proj.weight"][qr][:, hk]
-        sd[q + "self_attn.k_proj.weight"] = src[p + "self_attn.k_proj.weight"][kvr][:, hk]
-        sd[q + "self_attn.v_proj.weight"] = src[p + "self_attn.v_proj.weight"][kvr][:, hk]
-        sd[q + "self_attn.o_proj.weight"] = src[p + "self_attn.o_proj.weight"][hk][:, qr]
-        for name in ("gate_proj", "up_proj"):
-            sd[q + f"mlp.{name}.weight"] = src[p + f"mlp.{name}.weight"][fk][:, hk]
-        sd[q + "mlp.down_proj.weight"] = src[p + "mlp.down_proj.weight"][hk][:, fk]
-        for name in ("q_proj", "k_proj", "v_proj"):  # biases (qwen2)
-            if p + f"self_attn.{name}.bias" in src:
-                b = src[p + f"self_attn.{name}.bias"]
-                sd[q + f"self_attn.{name}.bias"] = b[qr] if name == "q_proj" else b[kvr]
-    missing, unexpected = draft.load_state_dict(sd, strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and tc.tie_word_embeddings)]
-    if missing or unexpected:
-        raise UserError(f"prune: cannot map this architecture's weights (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    if tc.tie_word_embeddings:
-        draft.tie_weights()
-    return draft
+class _Loaded:
+    """A target already in memory (tests, and callers that have it loaded anyway)."""
+
+    def __init__(self, target):
+        self.target, self.config, self.dtype, self.device = target, target.config, target.dtype, target.device
+        self.generation_config = target.generation_config
+
+    def cut(self, layers):
+        return draft_from_layers(self.target, layers)
+
+    def model(self):
+        return self.target
 
 
-def _reduce_vocab(draft, vocab_map: list[int]):
-    """Keep only the embedding/head rows of vocab_map (draft id i = target id vocab_map[i])."""
-    idx = torch.tensor(vocab_map)
-    emb = draft.get_input_embeddings()
-    new_emb = torch.nn.Embedding(len(idx), emb.weight.shape[1], dtype=emb.weight.dtype)
-    new_emb.weight.data.copy_(emb.weight.data[idx])
-    head = draft.get_output_embeddings()
-    tied = draft.config.tie_word_embeddings
-    draft.set_input_embeddings(new_emb)
-    new_head = torch.nn.Linear(head.weight.shape[1], len(idx), bias=False, dtype=head.weight.dtype)
-    new_head.weight.data.copy_(head.weight.data[idx])
-    draft.set_output_embeddings(new_head)
-    draft.config.vocab_size = len(idx)
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        tid = getattr(draft.config, name, None)
-        setattr(draft.config, name, vocab_map.index(tid) if isinstance(tid, int) and tid in vocab_map else None)
-    if tied:
-        draft.tie_weights()
-    return draft
+class _Files:
+    """A target folder (or Hub id): its config, generation config and single tensors; the whole model only on
+    request (init=prune measures activations), in the dtype its config names."""
+
+    def __init__(self, folder, device):
+        if not Path(folder).is_dir():  # a Hub id: its config and safetensors, to disk (never all into memory)
+            from huggingface_hub import snapshot_download
+
+            folder = snapshot_download(folder, allow_patterns=["*.json", "*.safetensors"])
+        self.folder, self.device = folder, torch.device(device)
+        self.config = AutoConfig.from_pretrained(folder)
+        self.dtype = config_dtype(self.config)
+        self.generation_config = target_generation_config(folder, self.config)
+
+    def cut(self, layers):
+        if not has_safetensors(self.folder):  # .bin weights cannot be read a tensor at a time
+            return draft_from_layers(self.model(), layers)
+        return draft_from_files(self.folder, layers, self.dtype)
+
+    def model(self):
+        return load_model(self.folder, self.dtype, str(self.device))[0]
 
 
 def build_draft(design: DraftDesign, target, tokenizer, sequences=None, seed: int = 0):
-    """Build the draft (on the target's device) and return (model, vocab_map or None).
+    """Build the draft from a loaded target (on the target's device) and return (model, vocab_map or None).
 
     sequences: token id lists from the collected data, needed for init=prune and a reduced vocabulary.
     """
-    tc = target.config
+    return _build(design, _Loaded(target), tokenizer, sequences, seed)
+
+
+def build_draft_from_files(design: DraftDesign, target_folder: str, tokenizer, sequences=None, seed: int = 0,
+                           device: str = "cpu"):
+    """build_draft from the target's folder, in the target's dtype, onto `device`: target_layers reads only the
+    kept layers' tensors (plus embeddings, final norm, head) from its safetensors, random reads only its config;
+    init=prune loads the whole target (it ranks channels by the target's activations) and drops it after."""
+    return _build(design, _Files(target_folder, device), tokenizer, sequences, seed)
+
+
+def _build(design: DraftDesign, src, tokenizer, sequences, seed: int):
+    tc = src.config
     design.check(tc)
     layers = design.layer_indices(tc.num_hidden_layers)
     torch.manual_seed(seed)
     if design.init == "target_layers":
-        draft = draft_from_layers(target, layers)
+        draft = src.cut(layers)
     elif design.init == "prune":
         if not sequences:
             raise UserError("init=prune ranks channels on collected data: give --data")
-        draft = _prune(target, layers, design, importance(target, sequences[:32]))
+        target = src.model()
+        draft = prune(target, layers, design.widths(tc), importance(target, sequences[:32]))
+        del target
     elif design.init == "random":
-        cfg = AutoConfig.for_model(**tc.to_dict())
-        cfg.update(design.widths(tc))
-        cfg.num_hidden_layers = len(layers)
-        cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
-        draft = AutoModelForCausalLM.from_config(cfg, dtype=target.dtype)
+        draft = AutoModelForCausalLM.from_config(_random_config(design, tc, layers), dtype=src.dtype)
     else:
-        draft, tok = load_model(design.init.split(":", 1)[1], target.dtype, str(target.device))
-        from decode.targets import check_tokenizers
-
+        draft, tok = load_model(design.init.split(":", 1)[1], src.dtype, str(src.device))
         check_tokenizers(tokenizer, tok)
-    draft.generation_config = copy.deepcopy(target.generation_config)
+    draft.generation_config = copy.deepcopy(src.generation_config)
     vocab_map = None
     if design.vocab != "full":
         if not sequences:
             raise UserError("a reduced vocabulary is chosen by token frequency in collected data: give --data")
         vocab_map = frequent_tokens(sequences, int(design.vocab), [tokenizer.eos_token_id, tokenizer.pad_token_id])
-        draft = _reduce_vocab(draft, vocab_map)
+        reduce_vocab(draft, vocab_map)
     if design.copy_circuit:
         draft = _with_copy_circuit(draft, sequences or [], vocab_map, tc.vocab_size, seed)
-    draft.to(target.device)
+    draft.to(src.device)
     return draft, vocab_map
+
+
+def _random_config(design: DraftDesign, tc, layers: list[int]):
+    """The target's config at the design's depth and widths, each under the name this architecture reads."""
+    cfg = cut_config(tc, layers)
+    w = design.widths(tc)
+    cfg.hidden_size, cfg.num_attention_heads = w["hidden_size"], w["num_attention_heads"]
+    setattr(cfg, ffn_name(cfg), w["intermediate_size"])
+    if hasattr(cfg, "num_key_value_heads"):
+        cfg.num_key_value_heads = w["num_key_value_heads"]
+    cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
+    return cfg
+
+
+def reduce_vocab(draft, vocab_map: list[int]) -> None:
+    """Keep only the embedding/head rows of vocab_map (draft id i = target id vocab_map[i]), in place: the
+    modules keep their classes (Gemma's embedding scales by sqrt(hidden)), the head keeps its bias (Phi)."""
+    idx = torch.tensor(vocab_map, device=draft.device)
+    emb, head = draft.get_input_embeddings(), draft.get_output_embeddings()
+    tied = head.weight is emb.weight
+    pad = draft.config.pad_token_id
+    emb.weight = torch.nn.Parameter(emb.weight.data[idx], requires_grad=emb.weight.requires_grad)
+    emb.num_embeddings = len(idx)
+    emb.padding_idx = vocab_map.index(pad) if pad in vocab_map else None  # as a reload builds it
+    head.weight = emb.weight if tied else torch.nn.Parameter(head.weight.data[idx], requires_grad=head.weight.requires_grad)
+    if getattr(head, "bias", None) is not None:
+        head.bias = torch.nn.Parameter(head.bias.data[idx], requires_grad=head.bias.requires_grad)
+    head.out_features = len(idx)
+    draft.config.vocab_size = len(idx)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        tid = getattr(draft.config, name, None)
+        setattr(draft.config, name, vocab_map.index(tid) if isinstance(tid, int) and tid in vocab_map else None)
+
+
+
+
+# --- the copy circuit, freezing, description
 
 
 def _with_copy_circuit(draft, sequences, vocab_map, target_vocab: int, seed: int):
