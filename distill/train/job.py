@@ -22,16 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import AutoConfig
 
 from decode import cli
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.options import DecodeOptions
-from decode.targets import load_target
+from decode.targets import load_target, load_tokenizer, resolve
 from distill.collect.shards import collect_info, load_collected, tokenizer_fingerprint
 from distill.tracking import Tracker
 from distill.train import batches, checkpoints, copy_circuit, loop, losses, proxy
-from distill.train.designs import DraftDesign, apply_freeze, build_draft, circuit_sample, describe
+from distill.train.designs import DraftDesign, apply_freeze, build_draft_from_files, circuit_sample, describe
 from distill.train.student import Student
 
 
@@ -129,15 +130,16 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
 
     # --- data: rows collected from this target with its tokenizer (prompt_ids, response_ids, top-k per response
     # token); a fixed held-out split for the acceptance proxy
-    target, tok = load_target(cfg.target, "float32", str(accelerator.device))
+    tok = load_tokenizer(cfg.target)  # the target's weights: only what build_model and the spec eval need
     data = load_data(cfg, tok)
 
     # --- model: the draft from its design (designs.py), then LoRA-wrapped, or partly frozen with the copy
     # circuit's structural zeros kept by gradient masks
-    draft = build_model(cfg, target, tok, data, accelerator)
+    draft = build_model(cfg, tok, data, accelerator)
     log(draft_line(draft.card, accelerator.device))
-    spec_target = target if cfg.spec_eval_prompts > 0 and main_proc else None  # only the real-decode eval needs it
-    del target
+    # only the main process's real-decode eval runs the whole target (in fp32, like the draft's weights)
+    spec_target = (load_target(cfg.target, "float32", str(accelerator.device))[0]
+                   if cfg.spec_eval_prompts > 0 and main_proc else None)
 
     # --- batches: examples cut to --max-seq-len; a step's micro-batches are a function of (seed, step), so a
     # resumed run sees the same data without saving a sampler
@@ -289,11 +291,16 @@ class Draft:
     card: dict                    # describe(): params, trainable params, width, measured ms/token
 
 
-def build_model(cfg: TrainConfig, target, tok, data: Data, accelerator) -> Draft:
+def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
+    """The draft from the target's folder: target_layers reads only the kept layers' tensors, prune loads the
+    whole target for its activations and drops it (designs.build_draft_from_files)."""
     seqs = [p + r for p, r in zip(data.train["prompt_ids"], data.train["response_ids"])]  # token ids per row
     design = cfg.design()
-    model, vocab_map = build_draft(design, target, tok, seqs, cfg.seed)
-    layers = design.layer_indices(target.config.num_hidden_layers)
+    folder = resolve(cfg.target)
+    tc = AutoConfig.from_pretrained(folder)
+    model, vocab_map = build_draft_from_files(design, folder, tok, seqs, cfg.seed, str(accelerator.device))
+    model.float()  # fp32 weights to train (a bf16 target gives a bf16 cut); autocast runs bf16 on GPU
+    layers = design.layer_indices(tc.num_hidden_layers)
     if cfg.lora_r:
         if not cfg.init.startswith("pretrained:"):
             raise UserError("--lora-r adapts an existing model: use it with --init pretrained:PATH")
@@ -304,7 +311,7 @@ def build_model(cfg: TrainConfig, target, tok, data: Data, accelerator) -> Draft
         apply_freeze(model, design.freeze)
         copy_circuit.mask_gradients(model)
     # evaluation and export resize the copy circuit's output to the grown residual, measured on these sequences
-    calib_seqs = circuit_sample(seqs, vocab_map, target.config.vocab_size) if design.copy_circuit else None
+    calib_seqs = circuit_sample(seqs, vocab_map, tc.vocab_size) if design.copy_circuit else None
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     ds_plugin = accelerator.state.deepspeed_plugin
@@ -312,7 +319,7 @@ def build_model(cfg: TrainConfig, target, tok, data: Data, accelerator) -> Draft
         ds_plugin.set_deepspeed_weakref()  # give transformers back the ZeRO-3 config prepare_zero3() unset
     card = describe(model)  # leaves the model in eval mode
     model.train()
-    vocab = VocabMap(vocab_map, target.config.vocab_size) if vocab_map is not None else None
+    vocab = VocabMap(vocab_map, tc.vocab_size) if vocab_map is not None else None
     return Draft(model, design, layers, vocab_map, vocab, calib_seqs, card)
 
 
