@@ -5,11 +5,13 @@
     runner.forward(ids, cache, keep, siblings=s)   FastLlama only (runner.tree): the last s ids are alternatives
                                                    to ids[1] (a token tree verified in one forward; decode.speculative)
 
-HFRunner works for any HF causal LM (DynamicCache). FastLlama is a lean forward for llama-family models
-(llama, mistral, qwen2), in the spirit of gpt-fast: weights pre-transposed into (in, out) layout with q|k|v and
+HFRunner works for any HF causal LM (DynamicCache), also one spread over several GPUs by a device map.
+FastLlama is a lean forward for llama-family models (llama, mistral, qwen2) on one device, in the spirit of
+gpt-fast: a preallocated KV cache whose rollback is a length change (no torch.cat, no copy), and no per-call
+mask or cache-object machinery. On the CPU its weights are pre-transposed into (in, out) layout with q|k|v and
 gate|up fused into one matrix each (at batch 1 and 1-8 tokens, CPU GEMMs run markedly faster that way than
-HF's (out, in) nn.Linear), a preallocated KV cache whose rollback is a length change (no torch.cat, no copy),
-and no per-call mask or cache-object machinery. On an AVX-512 CPU in float32, forwards of 2-16 tokens (a
+HF's (out, in) nn.Linear), a second copy of the weights that CPU-sized models afford. Elsewhere (CUDA) it
+multiplies the HF model's own tensors: no copy, so a target that fills the GPU still fits with its runner. On an AVX-512 CPU in float32, forwards of 2-16 tokens (a
 verification) multiply with decode.smallgemm, which reads each weight once whatever the token count; single
 tokens and prompts of up to 256 tokens do too where that beats torch's matmul on the machine at hand (timed once
 per runner). It computes the same function as the HF model; tests check its logits against HF's and its greedy
@@ -18,6 +20,7 @@ output against `generate`.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -28,6 +31,18 @@ from transformers.activations import ACT2FN
 from decode import smallgemm
 
 FAST_MODEL_TYPES = ("llama", "mistral", "qwen2")
+STATEFUL_ROPE = ("dynamic", "longrope")  # RoPE types whose frequencies depend on the sequence length (HFRunner)
+
+
+def rope_type(config) -> str:
+    """The RoPE type (transformers 5 calls the field rope_parameters; older configs rope_scaling)."""
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    return params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
+
+
+def model_devices(model) -> set[str]:
+    """Every device holding one of the model's parameters (several when a device map spread it)."""
+    return {str(p.device) for p in model.parameters()}
 
 
 class HFRunner:
@@ -43,7 +58,10 @@ class HFRunner:
 
     def forward(self, ids: list[int], cache, keep: int) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)
-        return self.model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=keep).logits[0]
+        logits = self.model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=keep).logits[0]
+        # a model spread by a device map returns logits on its last GPU; the decoder and the draft work on the
+        # first (self.device, where the inputs go): move the (keep, V) rows there (a no-op on one device)
+        return logits.to(self.device)
 
 
 class StaticCache:
@@ -69,27 +87,69 @@ class StaticCache:
 
 
 class _Linear:
-    """y = x @ w + b with w in (in, out) layout; 2-16 rows go through decode.smallgemm where it is usable.
+    """y = x @ W^T + b for one or more nn.Linear layers sharing an input, outputs concatenated.
 
-    weights float16 / int8: 1-16 rows multiply weights stored that way (decode.smallgemm; drafts only: it rounds
-    them). Longer inputs (a prompt) use the exact float32 weight."""
+    layout "io" (CPU): W copied into one (in, sum(out)) matrix; 2-16 rows go through decode.smallgemm where it is
+    usable. weights float16 / int8: 1-16 rows multiply weights stored that way (decode.smallgemm; drafts only: it
+    rounds them). Longer inputs (a prompt) use the exact float32 weight.
+    layout "hf": the HF layers' own (out, in) tensors, one matmul each (no copy)."""
 
-    def __init__(self, *linears, small_m: bool, weights: str = "float32"):
-        # nn.Linear layers sharing an input -> one (in, sum(out)) weight and the concatenated bias (or None)
-        self.w = torch.cat([lin.weight for lin in linears], 0).t().contiguous()
+    def __init__(self, *linears, small_m: bool, weights: str = "float32", layout: str = "io"):
         biases = [lin.bias for lin in linears]
         self.b = torch.cat(biases).contiguous() if all(x is not None for x in biases) else None
+        self.parts = None
+        self.packed = None
+        if layout == "hf":
+            self.w = None
+            self.parts = [(lin.weight, lin.bias) for lin in linears]  # references, not copies
+            return
+        self.w = torch.cat([lin.weight for lin in linears], 0).t().contiguous()  # (in, sum(out)): a copy
         self.packed = smallgemm.Packed(self.w, weights) if small_m else None
         self.min_rows = smallgemm.MIN_ROWS if weights == "float32" else 1
         self.max_rows = smallgemm.MAX_ROWS  # up to PROMPT_ROWS for float32 where the kernel wins there too
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x: (n, in) -> (n, out)
+        if self.parts is not None:
+            outs = [F.linear(x, w, b) for w, b in self.parts]
+            return outs[0] if len(outs) == 1 else torch.cat(outs, -1)
         if self.packed is not None and self.min_rows <= x.shape[0] <= self.max_rows:
             return self.packed(x, self.b)
         return self.torch_mm(x)
 
     def torch_mm(self, x: torch.Tensor) -> torch.Tensor:
         return torch.addmm(self.b, x, self.w) if self.b is not None else x @ self.w
+
+
+def default_layout(device: torch.device) -> str:
+    """"io" on the CPU (the fused (in, out) copy is faster there, and CPU-sized models afford two copies); "hf"
+    elsewhere: on a GPU the pre-transposed copy buys nothing and would double the weights' memory."""
+    return "io" if device.type == "cpu" else "hf"
+
+
+def default_attention(device: torch.device) -> str:
+    """Which attention code a forward takes: "cpu" (batched matmuls for a verification; SDPA with a boolean mask
+    otherwise), or "cuda" (SDPA in a form its flash / memory-efficient kernels accept; see _cuda_sdpa_args)."""
+    return "cpu" if device.type == "cpu" else "cuda"
+
+
+def _cuda_sdpa_args(mask: torch.Tensor | None, start: int, siblings: int, dtype) -> tuple[dict, bool]:
+    """SDPA keyword arguments for a forward of n tokens after `start` cached ones, and whether K/V must be
+    expanded to one head per query head first. mask: (n, end) bool, None for one token.
+
+    A boolean mask with enable_gqa=True fits no fused CUDA kernel (flash takes no mask; the memory-efficient
+    kernel takes a mask but not GQA), so SDPA falls back to its math kernel, which materialises every (heads, n,
+    end) score matrix in float32: ~8 GB a layer for an 8k-token prompt. Instead:
+      one token:              no mask (it sees the whole cache), enable_gqa: flash in bf16/fp16
+      a prompt (empty cache): is_causal, K/V expanded: flash in bf16/fp16, memory-efficient in fp32
+      n tokens after a cache: the mask as an additive float bias of the model's dtype, K/V expanded:
+                              the memory-efficient kernel (a verification: n is small)
+    """
+    if mask is None:
+        return {"enable_gqa": True}, False
+    if start == 0 and not siblings:
+        return {"is_causal": True}, True
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return {"attn_mask": bias}, True
 
 
 def _kernel_wins(linears: list[_Linear], rows: int, repeats: int) -> bool:
@@ -113,51 +173,58 @@ PROMPT_ROWS, PROMPT_PROBE = 256, 64  # prompts of up to PROMPT_ROWS tokens may u
 
 
 class FastLlama:
-    """Lean batch-1 forward for llama-family HF models (weights are copied; rebuild after training steps)."""
+    """Lean batch-1 forward for llama-family HF models on one device (on the CPU the weights are copied: rebuild
+    after training steps; runner_for does)."""
 
     tree = True  # forward(..., siblings=s) verifies alternatives to the first drafted token in the same pass
 
     @staticmethod
     def supports(model) -> bool:
-        if not FastLlama.supports_config(model.config):
+        if not FastLlama.supports_config(model.config) or len(model_devices(model)) > 1:
             return False
         m = getattr(model, "model", None)
         return m is not None and hasattr(m, "layers") and hasattr(m, "rotary_emb")
 
     @staticmethod
     def supports_config(c) -> bool:
-        """What a model's config alone says: a llama-family model without a sliding window."""
+        """What a model's config alone says: a llama-family model without a sliding window, with static RoPE
+        frequencies."""
         if getattr(c, "model_type", None) not in FAST_MODEL_TYPES:
+            return False
+        # dynamic NTK and longrope change the frequencies with the sequence length, statefully (HF's rotary
+        # module keeps a grown table until a short sequence resets it); FastLlama's table is built once per cache
+        if rope_type(c) in STATEFUL_ROPE:
             return False
         # FastLlama has no sliding-window mask; HFRunner applies the model's own
         return not (getattr(c, "use_sliding_window", False) or (c.model_type == "mistral" and getattr(c, "sliding_window", None)))
 
     @torch.no_grad()
-    def __init__(self, model, weights: str = "float32"):
+    def __init__(self, model, weights: str = "float32", layout: str | None = None):
         """weights: float16 or int8 keeps the weights so for forwards of up to 16 tokens (decode.smallgemm; a
         draft's numerics only move its acceptance, and its step is memory-bound). Ignored (float32) where the
-        kernel is not usable."""
+        kernel is not usable. layout: "io" | "hf" (_Linear); default_layout(device) unless given."""
         c = self.config = model.config
         self.device, self.dtype = model.device, model.dtype
+        self.layout = layout or default_layout(self.device)
+        self.attention = default_attention(self.device)
         self.n_heads, self.n_kv = c.num_attention_heads, c.num_key_value_heads
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.eps = c.rms_norm_eps
         self.act = ACT2FN[c.hidden_act]
         self.embed = model.model.embed_tokens.weight
         self.rotary = model.model.rotary_emb
-        small_m = smallgemm.usable_for(model.lm_head.weight)
+        small_m = self.layout == "io" and smallgemm.usable_for(model.lm_head.weight)
         self.weights = weights = weights if small_m else "float32"
+        kw = dict(small_m=small_m, weights=weights, layout=self.layout)
         self.layers = []
         for layer in model.model.layers:
             a, m = layer.self_attn, layer.mlp
             self.layers.append((
-                layer.input_layernorm.weight, _Linear(a.q_proj, a.k_proj, a.v_proj, small_m=small_m, weights=weights),
-                _Linear(a.o_proj, small_m=small_m, weights=weights), layer.post_attention_layernorm.weight,
-                _Linear(m.gate_proj, m.up_proj, small_m=small_m, weights=weights),
-                _Linear(m.down_proj, small_m=small_m, weights=weights),
+                layer.input_layernorm.weight, _Linear(a.q_proj, a.k_proj, a.v_proj, **kw), _Linear(a.o_proj, **kw),
+                layer.post_attention_layernorm.weight, _Linear(m.gate_proj, m.up_proj, **kw), _Linear(m.down_proj, **kw),
             ))
         self.norm = model.model.norm.weight
-        self.head = _Linear(model.lm_head, small_m=small_m, weights=weights)
+        self.head = _Linear(model.lm_head, **kw)
         self._cos = self._sin = None
         # one-token forwards and prompts (17-256 tokens): rounded weights take the kernel for single tokens and
         # their exact float32 copy for prompts; exact weights take whichever of the kernel and torch's matmul is
@@ -251,10 +318,12 @@ class FastLlama:
         else:
             cos, sin = self._cos[start:end], self._sin[start:end]
         nq, nkv, hd = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
-        bias = None
-        if mask is not None and n <= smallgemm.MAX_ROWS and self.device.type == "cpu":
-            # a verification: the mask as an additive bias, built once for every layer, (group * n, end)
-            group = self.n_heads // self.n_kv
+        group = self.n_heads // self.n_kv
+        bias, sdpa, expand = None, {"attn_mask": mask, "enable_gqa": True}, False
+        if self.attention == "cuda":
+            sdpa, expand = _cuda_sdpa_args(mask, start, siblings, self.dtype)
+        elif mask is not None and n <= smallgemm.MAX_ROWS:
+            # a verification on the CPU: the mask as an additive bias, built once for every layer, (group * n, end)
             bias = torch.zeros(n, end, dtype=self.dtype).masked_fill_(~mask, float("-inf")).repeat(group, 1)
         for li, (ln1, qkv_lin, o_lin, ln2, gate_up_lin, down_lin) in enumerate(self.layers):
             x = self._norm(h, ln1)
@@ -265,12 +334,13 @@ class FastLlama:
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
             cache.k[li, :, start:end] = k
             cache.v[li, :, start:end] = v
+            k, v = cache.k[li, :, :end], cache.v[li, :, :end]  # (kv_heads, end, hd)
             if bias is not None:
-                att = self._attend_few(q, cache.k[li, :, :end], cache.v[li, :, :end], bias)
+                att = self._attend_few(q, k, v, bias)
             else:
-                att = F.scaled_dot_product_attention(
-                    q[None], cache.k[li, :, :end][None], cache.v[li, :, :end][None], attn_mask=mask, enable_gqa=True
-                )[0]  # (heads, n, hd)
+                if expand:  # (heads, end, hd): query head h reads K/V head h // group, as HF's repeat_kv
+                    k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+                att = F.scaled_dot_product_attention(q[None], k[None], v[None], **sdpa)[0]  # (heads, n, hd)
             h = h + o_lin(att.transpose(0, 1).reshape(n, nq))
             x = self._norm(h, ln2)
             gu = gate_up_lin(x)  # (n, 2 * intermediate)
@@ -284,12 +354,14 @@ def runner_for(model, fast: bool = True, weights: str = "float32"):
     """The fastest runner that computes this model exactly: FastLlama when supported, else HFRunner.
     weights: float16 / int8 give FastLlama with weights stored so (drafts; see FastLlama) where the kernel is usable.
 
-    FastLlama copies the weights, so it is built once and kept on the model, and rebuilt only when a weight
-    has changed since (a training step bumps the parameters' version counters).
+    FastLlama copies the weights on the CPU (and times its matmul paths), so it is built once and kept on the
+    model, and rebuilt only when a weight has changed since (a training step bumps the parameters' version
+    counters). A model spread over several devices takes HFRunner (one line on stderr says so).
     """
     if isinstance(model, (HFRunner, FastLlama)):
         return model
     if not (fast and FastLlama.supports(model)):
+        _say_why_hf(model)
         return HFRunner(model)
     key = tuple((p.data_ptr(), p._version) for p in model.parameters())
     slots = model.__dict__.setdefault("_specdistill_fast", {})  # {weights: (key, runner)}: every kind kept
@@ -297,3 +369,13 @@ def runner_for(model, fast: bool = True, weights: str = "float32"):
     if cached is None or cached[0] != key:
         cached = slots[weights] = (key, FastLlama(model, weights))
     return cached[1]
+
+
+def _say_why_hf(model) -> None:
+    """One line, once per model, when a llama-family model takes the HF runner only because a device map spread
+    it over several devices (FastLlama keeps every layer on one)."""
+    devices = model_devices(model)
+    if len(devices) > 1 and FastLlama.supports_config(model.config) and not model.__dict__.get("_specdistill_told"):
+        model._specdistill_told = True
+        print(f"specdistill: the model is spread over {', '.join(sorted(devices))} (device map): it runs on the HF "
+              "runner (FastLlama needs one device)", file=sys.stderr)
