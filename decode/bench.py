@@ -28,7 +28,7 @@ from decode.options import DecodeOptions
 from decode.prompts import check_context, encode_prompt, read_prompts
 from decode.sampling import SamplingParams
 from decode.speculative import Stats, generate
-from decode.targets import eos_ids, load_draft, load_target, resolve_device
+from decode.targets import eos_ids, load_draft, load_target
 
 
 @dataclass
@@ -43,7 +43,8 @@ class BenchConfig(DecodeOptions):
     max_new_tokens: int = field(default=64, metadata={"help": "tokens generated per prompt"})
     seed: int = field(default=0, metadata={"help": "sampling seed (prompt i uses seed + i)"})
     limit: int = field(default=0, metadata={"help": "first N prompts only (0 = all)"})
-    device: str = field(default="auto", metadata={"help": "auto (CUDA when present, else CPU) | cpu | cuda[:N]"})
+    device: str = field(default="auto", metadata={"help": "auto (CUDA when present: a target too large for one GPU "
+                                                          "is spread over all; else CPU) | cpu | cuda[:N]"})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16"})
     hf_assisted: bool = field(default=True, metadata={"help": "also time transformers' assisted generation"})
     chat_template: bool = field(default=True, metadata={"help": "apply the tokenizer's chat template"})
@@ -299,9 +300,8 @@ def run(cfg: BenchConfig) -> dict:
     rows = read_prompts(cfg.prompts)
     if cfg.limit:
         rows = rows[: cfg.limit]
-    device = resolve_device(cfg.device)
-    target, tok = load_target(cfg.target, cfg.dtype, device)
-    draft = load_draft(cfg.draft, target, tok, device=device)
+    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
+    draft = load_draft(cfg.draft, target, tok, device=str(target.device))  # a spread target's first GPU
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings, cfg.chat_template)
     return measure_pair(target, tok, draft, rows, encoded, cfg, cfg.hf_assisted,
                         log=lambda m: print(m, file=sys.stderr))

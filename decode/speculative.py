@@ -256,7 +256,8 @@ def _check_call(target, max_new_tokens: int, options: DecodeOptions, stop_string
         raise UserError("stop_strings need the tokenizer to decode text")
     if options.candidates > 1 and not target.tree:
         raise UserError(f"candidates > 1 needs the lean FastLlama target runner ({', '.join(FAST_MODEL_TYPES)} models "
-                        "without sliding windows); this target runs on HFRunner: use candidates=1")
+                        "without sliding windows or dynamic RoPE, on one device); this target runs on HFRunner: "
+                        "use candidates=1")
 
 
 def _proposers(draft, options: DecodeOptions, sched: Schedule, vocab: VocabMap, prompt_ids: list[int], first: int,

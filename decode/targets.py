@@ -110,6 +110,29 @@ def resolve_device(name: str) -> str:
     return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
 
 
+GPU_FILL = 0.9  # share of each GPU's free memory a spread model's weights may take; the rest: activations, KV
+
+
+def placement(device: str) -> tuple[str, str | None]:
+    """Where a model loads for a --device value: (the device its inputs go to, from_pretrained's device_map or None).
+
+    `auto`, the default everywhere: under a launcher (WORLD_SIZE > 1: one process per GPU) this rank's GPU; else
+    with several GPUs device_map="sequential" over all of them (GPU 0 first, so a model that fits one GPU stays
+    whole on cuda:0 and keeps the lean FastLlama runner; a larger one, a 70B target, continues on cuda:1, ...);
+    else cuda:0, or the CPU. `cpu`, `cuda`, `cuda:N`: that one device.
+    """
+    single = resolve_device(device)
+    launched = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    if device != "auto" or not single.startswith("cuda") or launched or torch.cuda.device_count() < 2:
+        return single, None
+    return "cuda:0", "sequential"
+
+
+def _gpu_memory() -> dict[int, int]:
+    """accelerate's max_memory for a sequential map: GPUs only (no CPU offload: it would run ~100x slower)."""
+    return {i: int(GPU_FILL * torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count())}
+
+
 def parse_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -130,21 +153,42 @@ def load_tokenizer(spec: str):
         raise UserError(f"could not load a tokenizer from {spec!r}: {e}") from None
 
 
-def load_model(spec: str, dtype: str | torch.dtype | None = "auto", device: str = "cpu"):
-    """Load a causal LM and its tokenizer, in eval mode on `device`."""
+def load_model(spec: str, dtype: str | torch.dtype | None = "auto", device: str = "cpu",
+               device_map: str | dict | None = None):
+    """Load a causal LM and its tokenizer, in eval mode, where placement(device) says (device_map: this one
+    instead, e.g. {"": "cpu"} or a module -> device dict; transformers/accelerate place the modules)."""
     path = resolve(spec)
+    first, auto_map = placement(device)
+    device_map = device_map if device_map is not None else auto_map
+    kwargs = {"dtype": parse_dtype(dtype, first)}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+        if device_map == "sequential":
+            kwargs["max_memory"] = _gpu_memory()
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=parse_dtype(dtype, device))
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as e:
+        if device_map is not None and "offload" in str(e):
+            raise _does_not_fit(spec, device_map) from None
         raise UserError(f"could not load model {spec!r}: {str(e).splitlines()[0]}") from None
-    model.to(device).eval()
-    return model, tokenizer
+    if device_map is None:
+        model.to(first)
+    elif device_map == "sequential" and {"cpu", "disk"} & {str(d) for d in model.hf_device_map.values()}:
+        raise _does_not_fit(spec, device_map)
+    return model.eval(), tokenizer
 
 
-def load_target(spec: str, dtype: str | torch.dtype | None = "auto", device: str = "cpu"):
-    """The target model and tokenizer for any target spec (see module docstring)."""
-    model, tokenizer = load_model(spec, dtype, device)
+def _does_not_fit(spec: str, device_map) -> UserError:
+    n = torch.cuda.device_count()
+    return UserError(f"{spec!r} does not fit in {GPU_FILL:.0%} of the free memory of the {n} visible GPU(s) "
+                     f"(device_map={device_map!r}): use more GPUs (CUDA_VISIBLE_DEVICES) or free some")
+
+
+def load_target(spec: str, dtype: str | torch.dtype | None = "auto", device: str = "cpu",
+                device_map: str | dict | None = None):
+    """The target model and tokenizer for any target spec (see module docstring), placed as load_model says."""
+    model, tokenizer = load_model(spec, dtype, device, device_map)
     model._specdistill_spec = spec  # lets `--draft <same spec>` reuse the loaded target
     return model, tokenizer
 

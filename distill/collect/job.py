@@ -26,7 +26,7 @@ from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.prompts import check_context, encode_prompt
 from decode.sampling import SamplingParams
-from decode.targets import eos_ids, load_draft, load_target, resolve_device
+from decode.targets import eos_ids, load_draft, load_target
 from distill.collect import shards
 from distill.collect.generation import generate_batch, score_batch
 from distill.prompts import load_prompts, split_response
@@ -52,7 +52,8 @@ class CollectConfig:
     topk: int = field(default=32, metadata={"help": "target logprobs stored per position (0 = none)"})
     batch_size: int = field(default=64, metadata={"help": "prompts per forward batch (one shard per batch); CPU throughput still grows at 64"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
-    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda[:N]"})
+    device: str = field(default="auto", metadata={"help": "auto (this rank's GPU under a launcher, else every GPU: "
+                                                          "a large target is spread over them; else CPU) | cpu | cuda[:N]"})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16"})
     shard_index: int = field(default=-1, metadata={"help": "this process's share (default: RANK from the launcher)"})
     num_shards: int = field(default=0, metadata={"help": "number of shares (default: WORLD_SIZE from the launcher)"})
@@ -107,8 +108,8 @@ def prepare(cfg: CollectConfig, tokenizer, max_positions: int) -> list[dict]:
 def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None = None) -> dict | None:
     """Collect (resumable). `command`: the command line to record, when another job (pipeline, sweep) runs this stage."""
     out = Path(cfg.output)
-    device = resolve_device(cfg.device)
-    target, tok = load_target(cfg.target, cfg.dtype, device)
+    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
+    device = str(target.device)  # where inputs go: the first GPU of a target spread by a device map
     vocab = target.config.vocab_size
     if cfg.topk > vocab:
         raise UserError(f"--topk {cfg.topk} is larger than the target's vocabulary ({vocab})")

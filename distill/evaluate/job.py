@@ -25,7 +25,7 @@ from decode.bench import BenchConfig, encode_all, measure_many
 from decode.draft_folder import read_meta
 from decode.errors import UserError
 from decode.options import DecodeOptions
-from decode.targets import eos_ids, load_draft, load_target, resolve_device
+from decode.targets import eos_ids, load_draft, load_target
 from distill.prompts import load_prompts, resolve
 from distill.train import checkpoints
 
@@ -55,7 +55,8 @@ class EvalConfig:
     report_to: str = field(default="none", metadata={"help": "wandb | none"})
     wandb_project: str = field(default="specdistill", metadata={"help": "W&B project"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
-    device: str = field(default="auto", metadata={"help": "auto (CUDA when present, else CPU) | cpu | cuda[:N]"})
+    device: str = field(default="auto", metadata={"help": "auto (CUDA when present: a target too large for one GPU "
+                                                          "is spread over all; else CPU) | cpu | cuda[:N]"})
     dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16"})
 
     def __post_init__(self):
@@ -125,7 +126,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     out = Path(cfg.output or (Path(cfg.run) / "eval" if cfg.run else "runs/eval"))
     out.mkdir(parents=True, exist_ok=True)
     rows = load_prompts(cfg.prompts, categories=cfg.categories or None, limit=cfg.limit, spread=True)
-    target, tok = load_target(cfg.target, cfg.dtype, resolve_device(cfg.device))
+    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
     errors: list[dict] = []
     todo = drafts_to_evaluate(cfg, errors)
