@@ -424,3 +424,62 @@ def test_bad_inputs_raise():
         jsd(zs, ids, lps, _all(2), beta=1.0)
     with pytest.raises(ValueError, match="shape"):
         forward_kl(zs, ids, lps[:, :1], _all(2))
+
+
+# --- the head and the loss over chunks of positions (chunked_loss)
+
+
+@pytest.mark.parametrize("weights", [{"fkl": 1.0}, dict.fromkeys(LOSS_NAMES, 1.0), {"ce": 1.0, "top1": 0.5}])
+def test_chunked_loss_equals_the_unchunked_loss_value_and_gradients(weights):
+    from distill.train.losses import chunked_loss
+
+    torch.manual_seed(0)
+    n, h, v, k = 37, 8, 50, 4
+    hidden = torch.randn(n, h, dtype=torch.float64, requires_grad=True)
+    head = torch.nn.Linear(h, v, bias=False).double()
+    ids = torch.stack([torch.randperm(v)[:k] for _ in range(n)])
+    ids[::5, 1] = -1  # tokens outside the student's vocabulary
+    lps = torch.log_softmax(torch.randn(n, k + 3, dtype=torch.float64), -1)[:, :k].sort(-1, descending=True).values
+    labels = torch.randint(0, v, (n,))
+    labels[::7] = -1
+    mask = torch.rand(n) > 0.2
+
+    def run(fn):
+        hidden.grad, head.weight.grad = None, None
+        total, parts = fn()
+        total.backward()
+        return total.detach(), parts, hidden.grad.clone(), head.weight.grad.clone()
+
+    want = run(lambda: combined_loss(head(hidden), ids, lps, labels, mask, weights, 0.3))
+    for chunk in (1, 8, 36, 37):
+        got = run(lambda c=chunk: chunked_loss(hidden, head, ids, lps, labels, mask, weights, 0.3, c))
+        torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12)
+        assert got[1].keys() == want[1].keys()
+        for a, b in zip(got[2:], want[2:]):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_chunked_loss_never_holds_a_tensor_of_all_positions_by_the_vocabulary():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from distill.train.losses import chunked_loss
+
+    class Largest(TorchDispatchMode):
+        biggest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    self.biggest = max(self.biggest, t.numel())
+            return out
+
+    n, h, v, k, chunk = 512, 16, 1000, 8, 32
+    hidden = torch.randn(n, h, requires_grad=True)
+    head = torch.nn.Linear(h, v, bias=False)
+    ids = torch.stack([torch.randperm(v)[:k] for _ in range(n)])
+    lps = torch.log_softmax(torch.randn(n, k), -1)
+    with Largest() as seen:
+        total, _ = chunked_loss(hidden, head, ids, lps, ids[:, 0], _all(n), {"fkl": 1.0, "ce": 1.0}, chunk=chunk)
+        total.backward()
+    assert seen.biggest <= chunk * (v + 1), seen.biggest  # (chunk, V) at most, not (N, V)

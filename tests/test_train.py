@@ -518,3 +518,53 @@ def test_several_collected_datasets_concatenate_on_their_common_columns():
     both = concatenate([a, b])
     assert both["id"] == ["a", "b"] and sorted(both.column_names) == ["id", "prompt_ids", "response_ids"]
     assert concatenate([a]) is a
+
+
+# --- examples: the default --max-seq-len, data left on disk ---------------------------------------------------
+
+
+def _long_data(tmp_path, response_len: int):
+    """A Data of 3 rows with responses of response_len tokens, collected (its collect.json says) with
+    max_new_tokens = response_len; teacher row t starts with response token t."""
+    import datasets
+
+    from distill.collect.shards import FEATURES
+    from distill.train.job import Data
+
+    rows = [{"id": f"r{i}", "category": "c", "source": "target", "prompt_ids": [5, 6, 7],
+             "response_ids": list(range(100 + i, 100 + i + response_len)),
+             "topk_ids": [[t, 1] for t in range(100 + i, 100 + i + response_len)],
+             "topk_logprobs": [[-0.5, -2.0]] * response_len} for i in range(3)]
+    datasets.Dataset.from_list(rows, features=FEATURES).save_to_disk(str(tmp_path / "ds"))
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    return Data(ds, ds, [{"k": 2, "settings": {"mode": "generate", "max_new_tokens": response_len}}])
+
+
+def test_the_default_max_seq_len_fits_the_longest_response_the_collection_holds(tmp_path):
+    import warnings
+
+    from distill.train import batches
+    from distill.train.job import PROMPT_TOKENS, make_examples
+
+    data = _long_data(tmp_path, 700)  # longer than the old fixed default of 512
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is cut, so nothing is warned
+        train_ex, eval_ex = make_examples(TrainConfig(), data)
+    assert train_ex.n.tolist() == [700] * 3 and train_ex.p.tolist() == [3] * 3
+    b = batches.collate(train_ex.take([0, 1, 2]), None)
+    assert b["labels"].tolist() == [t for i in range(3) for t in range(100 + i, 800 + i)]
+    assert torch.equal(b["topk_ids"][:, 0], b["labels"])  # label t against teacher row t, position by position
+    assert TrainConfig().max_seq_len is None and PROMPT_TOKENS == 512
+
+    with pytest.warns(UserWarning, match=r"3 of 3 responses .* first 99 tokens"):  # an explicit value still wins
+        train_ex, _ = make_examples(TrainConfig(max_seq_len=100), data)
+    b = batches.collate(train_ex.take([2]), None)
+    assert b["labels"].tolist() == list(range(102, 201)) and torch.equal(b["topk_ids"][:, 0], b["labels"])
+
+
+def test_scored_collections_default_to_their_longest_stored_response(tmp_path):
+    from distill.train.job import default_max_seq_len
+
+    data = _long_data(tmp_path, 40)
+    data.infos[0]["settings"] = {"mode": "score", "max_new_tokens": 8}  # scored rows are not bounded by it
+    assert default_max_seq_len(TrainConfig(), data) == 40 + 512

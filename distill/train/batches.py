@@ -4,47 +4,161 @@ An example is prompt + response. The student reads prompt + response[:-1]; posit
 response token t and is matched against the teacher's stored top-k row t. For a reduced-vocabulary draft,
 teacher ids are mapped into draft ids (-1 where the draft has no such token; the loss puts that mass in the
 tail bin), and input tokens outside the draft's vocabulary are read as draft id 0, as the decoder feeds them.
+
+Training reads the collected (memory-mapped Arrow) dataset in place: `Examples` holds only each example's row
+and lengths for every row, and reads a micro-batch's rows (top-k included) when that micro-batch is collated.
+`feed` collates a run's micro-batches ahead of the loop, off the main thread, in the same fixed order.
 """
 
 from __future__ import annotations
 
+import queue
 import random
+import threading
 import warnings
 
+import numpy as np
 import torch
 
 from decode.draft_folder import VocabMap
 
+COLUMNS = ("prompt_ids", "response_ids", "topk_ids", "topk_logprobs")
+LENGTH_BATCH = 65536  # rows whose lengths are read at a time (only their list offsets are touched)
+
+
+def cut(prompt_len: np.ndarray, resp_len: np.ndarray, max_seq_len: int):
+    """The cut rule on lengths, for (E,) int arrays -> keep, p, first, n, each (E,).
+
+    The response keeps its first max_seq_len - 1 tokens, the prompt its last p tokens (cut from the left). With no
+    prompt the first response token is the context (first = 1). An example reads prompt[-p:] + resp[:first+n-1]
+    and is trained on labels resp[first:first+n] against teacher rows first..first+n-1; keep is False for rows
+    with nothing to train.
+    """
+    r = np.minimum(resp_len, max_seq_len - 1)
+    p = np.minimum(prompt_len, max_seq_len - r)
+    first = (p == 0).astype(np.int64)
+    n = r - first
+    return (resp_len > 0) & (n > 0), p, first, n
+
+
+def _slice(prompt, resp, topk_ids, topk_logprobs, p: int, first: int, n: int) -> dict:
+    """One example from a row's sequences (lists or numpy arrays) and its cut (see `cut`)."""
+    has_teacher = topk_ids is not None and len(topk_ids) > 0
+    rows = slice(first, first + n)  # the teacher rows of exactly these labels
+    return {
+        "input_ids": prompt[len(prompt) - p:] + resp[: first + n - 1] if isinstance(resp, list)
+        else np.concatenate([prompt[len(prompt) - p:], resp[: first + n - 1]]),
+        "start": p + first - 1,
+        "labels": resp[rows],
+        "topk_ids": topk_ids[rows] if has_teacher else None,
+        "topk_logprobs": topk_logprobs[rows] if has_teacher else None,
+    }
+
+
+def _warn_cut(resp_len: np.ndarray, rows: int, max_seq_len: int) -> None:
+    cut_rows = int((resp_len > max_seq_len - 1).sum())
+    if cut_rows:
+        warnings.warn(f"{cut_rows} of {rows} responses are longer than max_seq_len - 1 and were cut to their first "
+                      f"{max_seq_len - 1} tokens; raise --max-seq-len to train on all of them", stacklevel=3)
+
 
 def make_examples(ds, max_seq_len: int) -> list[dict]:
-    """Rows -> examples of at most max_seq_len tokens: the prompt is cut from the left, and a response longer than
-    max_seq_len - 1 keeps its first max_seq_len - 1 tokens (warned: the rest trains nothing). Label t and teacher
-    row t are always the same response position."""
-    examples, cut = [], 0
-    for row in ds:
-        resp = list(row["response_ids"])
-        if not resp:
-            continue
-        cut += len(resp) > max_seq_len - 1
-        resp = resp[: max_seq_len - 1]
-        prompt = list(row["prompt_ids"])[-(max_seq_len - len(resp)):]
-        first = 0  # response position of labels[0]
-        if not prompt:
-            prompt, resp, first = resp[:1], resp[1:], 1  # needs one token of context
-            if not resp:
-                continue
-        rows = slice(first, first + len(resp))  # the teacher rows of exactly these labels
-        examples.append({
-            "input_ids": prompt + resp[:-1],
-            "start": len(prompt) - 1,
-            "labels": resp,
-            "topk_ids": [list(r) for r in row["topk_ids"][rows]] if row["topk_ids"] else None,
-            "topk_logprobs": [list(r) for r in row["topk_logprobs"][rows]] if row["topk_logprobs"] else None,
-        })
-    if cut:
-        warnings.warn(f"{cut} of {len(ds)} responses are longer than max_seq_len - 1 and were cut to their first "
-                      f"{max_seq_len - 1} tokens; raise --max-seq-len to train on all of them", stacklevel=2)
+    """Rows -> examples (Python lists) of at most max_seq_len tokens, by the rule of `cut` (a cut response is
+    warned: the rest trains nothing). Label t and teacher row t are always the same response position.
+    For a few rows (probes); training reads a whole dataset through `Examples`."""
+    rows = list(ds)
+    P = np.array([len(r["prompt_ids"]) for r in rows], dtype=np.int64)
+    R = np.array([len(r["response_ids"]) for r in rows], dtype=np.int64)
+    keep, p, first, n = cut(P, R, max_seq_len)
+    examples = []
+    for i in np.flatnonzero(keep):
+        row = rows[i]
+        tk_ids, tk_lp = row.get("topk_ids"), row.get("topk_logprobs")
+        ex = _slice(list(row["prompt_ids"]), list(row["response_ids"]), tk_ids, tk_lp, int(p[i]), int(first[i]), int(n[i]))
+        if ex["topk_ids"] is not None:
+            ex["topk_ids"], ex["topk_logprobs"] = [list(r) for r in ex["topk_ids"]], [list(r) for r in ex["topk_logprobs"]]
+        examples.append(ex)
+    _warn_cut(R, len(rows), max_seq_len)
     return examples
+
+
+class Examples:
+    """Examples over a collected `datasets.Dataset` left on disk (memory-mapped Arrow).
+
+    Held for every example: row (E,) int64 its row in ds, and its cut p, first, n (E,) (see `cut`): ~20 bytes an
+    example. take() reads just the rows asked for.
+    """
+
+    def __init__(self, ds, row: np.ndarray, p: np.ndarray, first: np.ndarray, n: np.ndarray):
+        self.ds, self.row, self.p, self.first, self.n = ds, row, p, first, n
+        self._arrow = ds.select_columns([c for c in COLUMNS if c in ds.column_names]).with_format("arrow")
+
+    @classmethod
+    def index(cls, ds, max_seq_len: int) -> Examples:
+        """Every row of ds with a response to train on, cut to max_seq_len (a cut response is warned)."""
+        P, R = row_lengths(ds)
+        keep, p, first, n = cut(P, R, max_seq_len)
+        _warn_cut(R, len(ds), max_seq_len)
+        row = np.flatnonzero(keep)
+        return cls(ds, row, p[row].astype(np.int32), first[row].astype(np.int8), n[row].astype(np.int32))
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(E,) input tokens of each example (prompt + response[:-1] as cut)."""
+        return self.p.astype(np.int64) + self.first + self.n - 1
+
+    def subset(self, idx) -> Examples:
+        """These examples, in the order of idx (E',) positions."""
+        idx = np.asarray(idx, dtype=np.int64)
+        return Examples(self.ds, self.row[idx], self.p[idx], self.first[idx], self.n[idx])
+
+    def take(self, idx) -> list[dict]:
+        """Examples idx as dicts of numpy arrays (input_ids (T,), labels (n,), topk_* (n, k) or None), read from
+        disk now: only these rows' data is materialised."""
+        idx = [int(i) for i in idx]
+        table = self._arrow[[int(self.row[i]) for i in idx]]  # pyarrow.Table of these rows
+        cols = {name: _per_row(table.column(name)) for name in table.column_names}
+        tk_ids, tk_lp = cols.get("topk_ids", [None] * len(idx)), cols.get("topk_logprobs", [None] * len(idx))
+        return [_slice(cols["prompt_ids"][j], cols["response_ids"][j], tk_ids[j], tk_lp[j],
+                       int(self.p[i]), int(self.first[i]), int(self.n[i])) for j, i in enumerate(idx)]
+
+
+def row_lengths(ds) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt lengths (R,), response lengths (R,)) of every row, read LENGTH_BATCH rows at a time from the list
+    offsets (no token is read into Python)."""
+    import pyarrow.compute as pc
+
+    lens = ds.select_columns(["prompt_ids", "response_ids"]).with_format("arrow")
+    P, R = [], []
+    for start in range(0, len(ds), LENGTH_BATCH):
+        t = lens[start: start + LENGTH_BATCH]
+        P.append(pc.list_value_length(t.column("prompt_ids")).fill_null(0).to_numpy())
+        R.append(pc.list_value_length(t.column("response_ids")).fill_null(0).to_numpy())
+    if not P:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(P).astype(np.int64), np.concatenate(R).astype(np.int64)
+
+
+def _per_row(col) -> list[np.ndarray]:
+    """A list column (B rows) as one numpy array per row: (len,) for list<int>, (len, k) for list<list<...>>."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = col.combine_chunks()
+    bounds = np.cumsum(pc.list_value_length(arr).fill_null(0).to_numpy())[:-1]
+    flat = pc.list_flatten(arr)
+    if pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type):  # top-k rows: (positions, k)
+        widths = pc.list_value_length(flat).to_numpy(zero_copy_only=False)
+        k = int(widths[0]) if len(widths) else 0
+        if len(widths) and (widths != k).any():
+            raise ValueError(f"top-k rows of different widths ({sorted(set(widths.tolist()))}) in one dataset")
+        values = pc.list_flatten(flat).to_numpy(zero_copy_only=False).reshape(-1, k)
+    else:
+        values = flat.to_numpy(zero_copy_only=False)
+    return np.split(values, bounds)
 
 
 def batch_order(lengths: list[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
@@ -58,49 +172,148 @@ def batch_order(lengths: list[int], batch_size: int, seed: int, epoch: int) -> l
     return batches
 
 
-def micro_batch(examples: list[dict], order_fn, step: int, accum: int, world: int, rank: int, micro: int) -> list[dict]:
-    """The examples of micro-batch `micro` of optimizer step `step` on `rank` (same answer on every resume)."""
+def batch_indices(order_fn, step: int, accum: int, world: int, rank: int, micro: int) -> list[int]:
+    """The example indices of micro-batch `micro` of optimizer step `step` on `rank` (same answer on every resume)."""
     g = (step * accum + micro) * world + rank
-    epoch_batches = []
     epoch = 0
     while True:
         epoch_batches = order_fn(epoch)
         if g < len(epoch_batches):
-            return [examples[i] for i in epoch_batches[g]]
+            return epoch_batches[g]
         g -= len(epoch_batches)
         epoch += 1
 
 
+def micro_batch(examples: list[dict], order_fn, step: int, accum: int, world: int, rank: int, micro: int) -> list[dict]:
+    """The examples of micro-batch `micro` of optimizer step `step` on `rank`, from a list of examples."""
+    return [examples[i] for i in batch_indices(order_fn, step, accum, world, rank, micro)]
+
+
 def collate(batch: list[dict], vocab: VocabMap | None, pad_id: int = 0) -> dict:
-    """Right-padded inputs plus flat (N = sum of response lengths) teacher targets.
+    """Right-padded inputs plus flat (N = sum of response lengths) teacher targets. Examples may hold lists or
+    numpy arrays; the teacher's rows are used when every example has them.
 
     input_ids, attention_mask: (B, T), student-space ids; sel: (N,) flat indices into B*T of the predicting positions;
     topk_ids: (N, k) student-space ids (-1 = not in the draft vocabulary); topk_logprobs: (N, k);
     labels: (N,) student-space ids; target_top1: (N,) target ids the proxy compares against.
     """
     T = max(len(e["input_ids"]) for e in batch)
-    ids = torch.full((len(batch), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(batch), T), dtype=torch.long)
-    sel, labels, tk_ids, tk_lp = [], [], [], []
+    ids = np.full((len(batch), T), pad_id, dtype=np.int64)
+    mask = np.zeros((len(batch), T), dtype=np.int64)
     for b, e in enumerate(batch):
-        n_in = len(e["input_ids"])
-        ids[b, :n_in] = torch.tensor(e["input_ids"])
-        mask[b, :n_in] = 1
-        sel.extend(b * T + e["start"] + t for t in range(len(e["labels"])))
-        labels.extend(e["labels"])
-        if e["topk_ids"] is not None:
-            tk_ids.extend(e["topk_ids"])
-            tk_lp.extend(e["topk_logprobs"])
-    labels = torch.tensor(labels, dtype=torch.long)
+        ids[b, : len(e["input_ids"])] = e["input_ids"]
+        mask[b, : len(e["input_ids"])] = 1
+    sel = np.concatenate([b * T + e["start"] + np.arange(len(e["labels"])) for b, e in enumerate(batch)])
+    labels = torch.from_numpy(np.concatenate([np.asarray(e["labels"], dtype=np.int64) for e in batch]))
+    ids = torch.from_numpy(ids)
     if vocab is not None:  # a reduced-vocabulary draft reads context outside its vocabulary as draft id 0, as decode/ does
         ids = vocab.inputs(ids)
-    out = {"input_ids": ids, "attention_mask": mask, "sel": torch.tensor(sel, dtype=torch.long)}
-    if tk_ids:
-        teacher = torch.tensor(tk_ids, dtype=torch.long)
+    out = {"input_ids": ids, "attention_mask": torch.from_numpy(mask), "sel": torch.from_numpy(sel.astype(np.int64))}
+    if all(e["topk_ids"] is not None for e in batch):
+        teacher = torch.from_numpy(np.concatenate([np.asarray(e["topk_ids"], dtype=np.int64) for e in batch]))
         out["topk_ids"] = vocab.teacher(teacher) if vocab is not None else teacher
-        out["topk_logprobs"] = torch.tensor(tk_lp, dtype=torch.float32)
+        # float16 on disk: exact in float32, as the old list path gave
+        out["topk_logprobs"] = torch.from_numpy(np.concatenate([np.asarray(e["topk_logprobs"], dtype=np.float32)
+                                                                for e in batch]))
         out["target_top1"] = teacher[:, 0]
     else:
         out["target_top1"] = labels
     out["labels"] = vocab.teacher(labels) if vocab is not None else labels
     return out
+
+
+# --- feeding the loop ---------------------------------------------------------------------------------------
+
+
+class StepBatches(torch.utils.data.Dataset):
+    """Micro-batch i of a run from first_step on (step first_step + i // accum, micro i % accum), collated:
+    a pure function of i, so a resumed run (or any worker) builds exactly the same batches."""
+
+    def __init__(self, examples: Examples, order_fn, vocab: VocabMap | None, first_step: int, steps: int,
+                 accum: int, world: int, rank: int):
+        self.examples, self.order_fn, self.vocab = examples, order_fn, vocab
+        self.first_step, self.steps, self.accum, self.world, self.rank = first_step, steps, accum, world, rank
+
+    def __len__(self) -> int:
+        return max(0, self.steps - self.first_step) * self.accum
+
+    def __getitem__(self, i: int) -> dict:
+        step, micro = divmod(i, self.accum)
+        idx = batch_indices(self.order_fn, self.first_step + step, self.accum, self.world, self.rank, micro)
+        return collate(self.examples.take(idx), self.vocab)
+
+
+def feed(batches: StepBatches, workers: int, depth: int = 4):
+    """An iterator over batches in order, collated ahead: by `workers` DataLoader processes, or by one background
+    thread when workers == 0. Call close() on it when done (stops the thread or the worker processes)."""
+    if workers == 0:
+        return Prefetch((batches[i] for i in range(len(batches))), depth)
+    loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False, num_workers=workers,
+                                         prefetch_factor=depth, pin_memory=torch.cuda.is_available())
+    return _Closing(iter(loader))
+
+
+class _Closing:
+    """A DataLoader iterator with close() (shuts its worker processes down now, not at garbage collection)."""
+
+    def __init__(self, it):
+        self.it = it
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self.it)
+
+    def close(self) -> None:
+        shutdown = getattr(self.it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
+
+class Prefetch:
+    """Iterates `source` on a daemon thread, up to `depth` items ahead; an exception there is raised here."""
+
+    _END = object()
+
+    def __init__(self, source, depth: int):
+        self._q: queue.Queue = queue.Queue(depth)
+        self._stop, self._done = threading.Event(), False
+        self._thread = threading.Thread(target=self._run, args=(source,), daemon=True, name="batch-prefetch")
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, source) -> None:
+        try:
+            for item in source:
+                if not self._put(item):
+                    return
+            self._put(self._END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self._put(e)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        item = self._q.get()
+        if item is self._END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

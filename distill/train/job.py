@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import AutoConfig
 
@@ -64,9 +65,15 @@ class TrainConfig:
     max_steps: int = field(default=300, metadata={"help": "optimizer steps"})
     batch_size: int = field(default=8, metadata={"help": "sequences per micro-batch per process"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
-    max_seq_len: int = field(default=512, metadata={"help": "prompt is cut from the left beyond this"})
+    max_seq_len: int | None = field(default=None, metadata={"help": "prompt + response tokens; the prompt is cut from "
+                                    "the left beyond this. None = the longest response the collection can hold "
+                                    "(its max_new_tokens) + 512, so no response is cut"})
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm"})
     precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32"})
+    loss_chunk_mb: int = field(default=256, metadata={"help": "the head and the loss run over chunks of positions "
+                               "of this many MiB of float32 logits (peak memory is a few such chunks)"})
+    data_workers: int = field(default=-1, metadata={"help": "processes collating batches ahead of the loop; 0 = one "
+                              "background thread; -1 = 2 processes on GPU, a thread on CPU"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
     seed: int = field(default=0, metadata={"help": "data order and init seed"})
     # --- checkpoints, evaluation, tracking
@@ -87,9 +94,13 @@ class TrainConfig:
             raise UserError(f"--precision must be auto, bf16 or fp32, got {self.precision!r}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise UserError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
-        for name in ("max_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
+        for name in ("max_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "loss_chunk_mb"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.max_seq_len is not None and self.max_seq_len < 2:
+            raise UserError(f"--max-seq-len must be >= 2 (one token of context and one to train), got {self.max_seq_len}")
+        if self.data_workers < -1:
+            raise UserError(f"--data-workers must be -1 (auto), 0 (a thread) or a number of processes, got {self.data_workers}")
         if self.copy_circuit and self.lora_r:
             raise UserError("--lora-r with --copy-circuit: LoRA's dense low-rank updates would write into the circuit's "
                             "private dims; use one or the other")
@@ -166,25 +177,32 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     # the logging window is saved with each checkpoint, so a resumed run logs the same averages
     t0, tokens_seen, window = time.perf_counter(), 0, list(state.get("window", [])) if state else []
     stop = loop.StopSignal()
-    while step < cfg.max_steps:
-        for g in optimizer.param_groups:
-            g["lr"] = lr_at(cfg, step)
-        row, tokens = loop.train_step(run, train_ex, order, step)  # row: loss and its parts, averaged over ranks
-        step, tokens_seen = step + 1, tokens_seen + tokens
-        window.append(row)
-        if step % cfg.log_every == 0 or step == cfg.max_steps:
-            metrics = loop.train_metrics(window, lr_at(cfg, step - 1), tokens_seen * world / (time.perf_counter() - t0))
-            window = []
-            tracker.log(metrics, step=step)
-            log(f"step {step}: loss {metrics['train/loss']:.4f} lr {metrics['train/lr']:.2e} {metrics['train/tokens_per_s']} tok/s")
-        if step % cfg.eval_every == 0 or step == cfg.max_steps:
-            last_eval = loop.report_eval(run, held, step, log)
-        stopping = stop.agreed(accelerator)
-        if step % cfg.save_every == 0 or step == cfg.max_steps or stopping:
-            loop.save_checkpoint(run, step, last_eval, window)
-        if stopping:
-            log(f"stopped by signal at step {step}; rerun the same command to resume")
-            break
+    # a step's micro-batches are collated ahead, off the main thread, from this step on (batches.feed)
+    step_batches = batches.StepBatches(train_ex, order, draft.vocab, step, cfg.max_steps, cfg.grad_accum, world,
+                                       accelerator.process_index)
+    feed = batches.feed(step_batches, data_workers(cfg))
+    try:
+        while step < cfg.max_steps:
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(cfg, step)
+            row, tokens = loop.train_step(run, feed, step)  # row: loss and its parts, averaged over ranks
+            step, tokens_seen = step + 1, tokens_seen + tokens
+            window.append(row)
+            if step % cfg.log_every == 0 or step == cfg.max_steps:
+                metrics = loop.train_metrics(window, lr_at(cfg, step - 1), tokens_seen * world / (time.perf_counter() - t0))
+                window = []
+                tracker.log(metrics, step=step)
+                log(f"step {step}: loss {metrics['train/loss']:.4f} lr {metrics['train/lr']:.2e} {metrics['train/tokens_per_s']} tok/s")
+            if step % cfg.eval_every == 0 or step == cfg.max_steps:
+                last_eval = loop.report_eval(run, held, step, log)
+            stopping = stop.agreed(accelerator)
+            if step % cfg.save_every == 0 or step == cfg.max_steps or stopping:
+                loop.save_checkpoint(run, step, last_eval, window)
+            if stopping:
+                log(f"stopped by signal at step {step}; rerun the same command to resume")
+                break
+    finally:  # stops the collating thread or processes, also when a step raises
+        feed.close()
     tracker.finish()
     return run_dir
 
@@ -333,29 +351,53 @@ def draft_line(card: dict, device) -> str:
 # --- batches, optimizer and engine ---------------------------------------------------------------------------
 
 
-def make_examples(cfg: TrainConfig, data: Data) -> tuple[list[dict], list[dict]]:
-    """(training examples, held-out examples): prompt + response token ids with the teacher's targets."""
-    train_ex = batches.make_examples(data.train, cfg.max_seq_len)
-    eval_ex = batches.make_examples(data.heldout, cfg.max_seq_len)
-    eval_ex = eval_ex[: cfg.eval_rows] if cfg.eval_rows else eval_ex
-    eval_ex.sort(key=lambda e: len(e["input_ids"]))  # batches of similar length pad less; the proxy is a sum over rows
-    if not train_ex:
+PROMPT_TOKENS = 512  # prompt tokens kept by default beside the longest response
+
+
+def make_examples(cfg: TrainConfig, data: Data) -> tuple[batches.Examples, batches.Examples]:
+    """(training examples, held-out examples) over the collected rows left on disk (batches.Examples): prompt +
+    response token ids with the teacher's targets, read per micro-batch."""
+    max_seq_len = cfg.max_seq_len or default_max_seq_len(cfg, data)
+    train_ex = batches.Examples.index(data.train, max_seq_len)
+    eval_ex = batches.Examples.index(data.heldout, max_seq_len)
+    eval_ex = eval_ex.subset(range(min(cfg.eval_rows, len(eval_ex)))) if cfg.eval_rows else eval_ex
+    # batches of similar length pad less; the proxy is a sum over rows
+    eval_ex = eval_ex.subset(np.argsort(eval_ex.lengths, kind="stable"))
+    if not len(train_ex):
         raise UserError(f"{cfg.data} has no rows with a response to train on")
     return train_ex, eval_ex
 
 
-def batch_order(cfg: TrainConfig, examples: list[dict]):
+def default_max_seq_len(cfg: TrainConfig, data: Data) -> int:
+    """The longest response the collections can hold + PROMPT_TOKENS: max_new_tokens from their collect.json
+    (generated rows are never longer), or for scored rows (--mode score) the longest response stored."""
+    infos = data.infos + ([collect_info(cfg.eval_data)] if cfg.eval_data else [])
+    settings = [i.get("settings") or {} for i in infos]
+    longest = max((s["max_new_tokens"] for s in settings if s.get("max_new_tokens")), default=0)
+    if any(s.get("mode", "generate") != "generate" or not s.get("max_new_tokens") for s in settings):
+        longest = max(longest, *(int(batches.row_lengths(d)[1].max(initial=0)) for d in (data.train, data.heldout)))
+    return longest + PROMPT_TOKENS
+
+
+def batch_order(cfg: TrainConfig, examples: batches.Examples):
     """epoch -> that epoch's batches of example indices (batches.batch_order: similar lengths, shuffled by seed
     and epoch); the few epochs a run is in are cached."""
-    lengths = [len(e["input_ids"]) for e in examples]
+    lengths = examples.lengths.tolist()
     return functools.lru_cache(maxsize=4)(lambda epoch: batches.batch_order(lengths, cfg.batch_size, cfg.seed, epoch))
+
+
+def data_workers(cfg: TrainConfig) -> int:
+    """--data-workers resolved: -1 = 2 collating processes on GPU (cores to spare), one thread on CPU."""
+    if cfg.data_workers >= 0:
+        return cfg.data_workers
+    return 2 if torch.cuda.is_available() else 0
 
 
 def make_engine(cfg: TrainConfig, accelerator, model) -> tuple[torch.nn.Module, torch.optim.Optimizer, list]:
     """(student, optimizer) as prepared by accelerate, and the trainable parameters (DeepSpeed takes grad
     accumulation, micro-batch size and clipping from us)."""
     ds_plugin = accelerator.state.deepspeed_plugin
-    student = Student(model)
+    student = Student(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20)
     params = [p for p in student.parameters() if p.requires_grad]
     # fused: one kernel over every parameter (52 -> 11 ms a step for the default draft's 9.9M trainable parameters
     # on 2 CPU cores); under DeepSpeed the ZeRO optimizer steps its own flat partitions, so the default kernel there

@@ -15,7 +15,7 @@ import torch
 
 from decode.errors import UserError
 from distill.tracking import Tracker
-from distill.train import batches, checkpoints, export, losses, proxy
+from distill.train import checkpoints, export, proxy
 
 if TYPE_CHECKING:
     from distill.train.job import Data, Draft, TrainConfig
@@ -37,21 +37,18 @@ class Run:
     tracker: Tracker
 
 
-def train_step(run: Run, examples: list[dict], order, step: int) -> tuple[dict, int]:
-    """Optimizer step `step` over grad_accum micro-batches: ({"loss": mean, part: mean, ...} over ranks, trained
-    positions on this rank). A non-finite loss stops the run before anything is saved."""
+def train_step(run: Run, feed, step: int) -> tuple[dict, int]:
+    """Optimizer step `step` over grad_accum micro-batches, the next ones of `feed` (batches.feed, which starts at
+    the run's first step): ({"loss": mean, part: mean, ...} over ranks, trained positions on this rank).
+    A non-finite loss stops the run before anything is saved."""
     cfg, accelerator, student, optimizer = run.cfg, run.accelerator, run.student, run.optimizer
     deepspeed = accelerator.state.deepspeed_plugin is not None
     step_loss, parts_sum, tokens = torch.zeros((), device=accelerator.device), {}, 0
-    for micro in range(cfg.grad_accum):
-        b = batches.micro_batch(examples, order, step, cfg.grad_accum, accelerator.num_processes,
-                                accelerator.process_index, micro)
-        b = {k: v.to(accelerator.device) for k, v in batches.collate(b, run.draft.vocab).items()}
+    for _ in range(cfg.grad_accum):
+        b = {k: v.to(accelerator.device, non_blocking=True) for k, v in next(feed).items()}
         with accelerator.accumulate(student):
-            logits = student(b["input_ids"], b["attention_mask"], b["sel"])  # (N, V_draft), N trained positions
-            mask = torch.ones(len(b["sel"]), dtype=torch.bool, device=logits.device)
-            loss, parts = losses.combined_loss(logits, b.get("topk_ids"), b.get("topk_logprobs"), b["labels"], mask,
-                                               cfg.loss, cfg.jsd_beta)
+            # the head and the loss run inside the Student's forward, over chunks of the N trained positions
+            loss, parts = student(b["input_ids"], b["attention_mask"], b["sel"], targets=b)
             accelerator.backward(loss)
             if accelerator.sync_gradients and not deepspeed:
                 accelerator.clip_grad_norm_(run.params, cfg.grad_clip)

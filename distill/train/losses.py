@@ -266,6 +266,67 @@ def cross_entropy(student_logits: Tensor, labels: Tensor, mask: Tensor) -> Tenso
     return _mean_nll(student_logprobs(student_logits.float(), labels[:, None])[0].squeeze(-1), labels, mask)
 
 
+def _check_weights(weights: dict[str, float], topk_ids: Tensor | None, labels: Tensor | None) -> list[str]:
+    """The active loss names (weight > 0), in LOSS_NAMES order; ValueError on unusable weights or inputs."""
+    unknown = sorted(set(weights) - set(LOSS_NAMES))
+    if unknown:
+        raise ValueError(f"unknown loss weight(s) {unknown}; valid: {', '.join(LOSS_NAMES)}")
+    negative = {name: w for name, w in weights.items() if w < 0}
+    if negative:
+        raise ValueError(f"loss weights must be >= 0, got {negative}")
+    active = [name for name in LOSS_NAMES if weights.get(name, 0.0) > 0]
+    if not active:
+        raise ValueError(
+            f"all loss weights are zero or missing ({weights}); set one of {', '.join(LOSS_NAMES)}"
+        )
+    if "ce" in active and labels is None:
+        raise ValueError("weights['ce'] > 0 needs labels")
+    if "top1" in active and topk_ids is None:
+        raise ValueError("weights['top1'] > 0 needs the teacher's top-k ids")
+    return active
+
+
+def position_terms(
+    student_logits: Tensor,
+    topk_ids: Tensor | None,
+    topk_logprobs: Tensor | None,
+    labels: Tensor | None,
+    active: list[str],
+    jsd_beta: float = 0.5,
+) -> list[Tensor]:
+    """Each active term per position, sharing one softmax pass. Shapes as in the module docstring.
+
+    Returns:
+        [(N,) float32 per name in `active`]: a divergence over the k+1 bins, or -log q (ce: of the label,
+        top1: of the teacher's first id; the value at a -1 id is unused, and `combine` masks it out).
+    """
+    divergences = [n for n in active if n in DIVERGENCES]
+    z = student_logits.float()
+    cols = ([topk_ids] if topk_ids is not None else []) + ([labels[:, None]] if "ce" in active else [])
+    at, rest = student_logprobs(z, torch.cat(cols, dim=-1), topk_ids if divergences else None)  # (N, k[+1]), (N, 1)
+    terms = {}
+    if divergences:
+        k = topk_ids.shape[-1]
+        bins = coarsen(z, topk_ids, topk_logprobs, student=(at[:, :k], rest))
+        terms = {name: bin_divergence(name, *bins, jsd_beta=jsd_beta) for name in divergences}
+    if "ce" in active:
+        terms["ce"] = -at[:, -1]
+    if "top1" in active:  # the top-k is stored most likely first
+        terms["top1"] = -at[:, 0]
+    return [terms[name] for name in active]
+
+
+def combine(terms: list[Tensor], active: list[str], topk_ids: Tensor | None, labels: Tensor | None, mask: Tensor,
+            weights: dict[str, float]) -> tuple[Tensor, dict[str, Tensor]]:
+    """(weighted sum of the masked means of `position_terms`' (N,) terms, {name: detached mean})."""
+    parts = {}
+    for name, term in zip(active, terms):
+        ids = labels if name == "ce" else topk_ids[:, 0] if name == "top1" else None
+        parts[name] = masked_mean(term, mask if ids is None else mask & (ids >= 0))
+    total = sum(weights[name] * parts[name] for name in active)
+    return total, {name: v.detach() for name, v in parts.items()}
+
+
 def combined_loss(
     student_logits: Tensor,
     topk_ids: Tensor,
@@ -285,36 +346,47 @@ def combined_loss(
         total: () float32 with gradient; parts: {name: () detached float32} for each term with weight > 0,
         in LOSS_NAMES order (log them as train/loss_<name>).
     """
-    unknown = sorted(set(weights) - set(LOSS_NAMES))
-    if unknown:
-        raise ValueError(f"unknown loss weight(s) {unknown}; valid: {', '.join(LOSS_NAMES)}")
-    negative = {name: w for name, w in weights.items() if w < 0}
-    if negative:
-        raise ValueError(f"loss weights must be >= 0, got {negative}")
-    active = [name for name in LOSS_NAMES if weights.get(name, 0.0) > 0]
-    if not active:
-        raise ValueError(
-            f"all loss weights are zero or missing ({weights}); set one of {', '.join(LOSS_NAMES)}"
-        )
-    if "ce" in active and labels is None:
-        raise ValueError("weights['ce'] > 0 needs labels")
-    if "top1" in active and topk_ids is None:
-        raise ValueError("weights['top1'] > 0 needs the teacher's top-k ids")
+    active = _check_weights(weights, topk_ids, labels)
+    terms = position_terms(student_logits, topk_ids, topk_logprobs, labels, active, jsd_beta)
+    return combine(terms, active, topk_ids, labels, mask, weights)
 
-    # one softmax pass serves every term: columns [topk ids (k) | label (1, for ce)]
-    divergences = [n for n in active if n in DIVERGENCES]
-    z = student_logits.float()
-    cols = ([topk_ids] if topk_ids is not None else []) + ([labels[:, None]] if "ce" in active else [])
-    at, rest = student_logprobs(z, torch.cat(cols, dim=-1), topk_ids if divergences else None)  # (N, k[+1]), (N, 1)
-    parts = {}
-    if divergences:
-        k = topk_ids.shape[-1]
-        bins = coarsen(z, topk_ids, topk_logprobs, student=(at[:, :k], rest))
-        parts = {name: masked_mean(bin_divergence(name, *bins, jsd_beta=jsd_beta), mask) for name in divergences}
-    if "ce" in active:
-        parts["ce"] = _mean_nll(at[:, -1], labels, mask)
-    if "top1" in active:  # the top-k is stored most likely first
-        parts["top1"] = _mean_nll(at[:, 0], topk_ids[:, 0], mask)
-    parts = {name: parts[name] for name in active}
-    total = sum(weights[name] * parts[name] for name in active)
-    return total, {name: v.detach() for name, v in parts.items()}
+
+def chunked_loss(
+    hidden: Tensor,
+    head,
+    topk_ids: Tensor | None,
+    topk_logprobs: Tensor | None,
+    labels: Tensor | None,
+    mask: Tensor,
+    weights: dict[str, float],
+    jsd_beta: float = 0.5,
+    chunk: int = 1024,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """combined_loss(head(hidden), ...) with the head and the loss run over `chunk` positions at a time.
+
+    Args:
+        hidden: (N, H) the draft's last hidden states at the trained positions.
+        head: (n, H) -> (n, V) logits (the output layer, with any final soft-capping).
+        chunk: positions per chunk; peak memory is a few (chunk, V) float32 tensors, not (N, V).
+
+    Each chunk's logits and softmax are recomputed in the backward pass (activation checkpointing) instead of
+    being kept, so every chunk's (chunk, V) tensors are freed before the next one. The terms are per position,
+    so value and gradients equal the unchunked loss. With N <= chunk this is combined_loss itself.
+    """
+    n = hidden.shape[0]
+    if n <= chunk:
+        return combined_loss(head(hidden), topk_ids, topk_logprobs, labels, mask, weights, jsd_beta)
+    from torch.utils.checkpoint import checkpoint
+
+    active = _check_weights(weights, topk_ids, labels)
+
+    def run(h, ids, lps, ys):  # (n, H) -> [(n,) per active term]
+        return tuple(position_terms(head(h), ids, lps, ys, active, jsd_beta))
+
+    pieces = []
+    for s in range(0, n, chunk):
+        rows = slice(s, s + chunk)
+        pick = [t[rows] if t is not None else None for t in (topk_ids, topk_logprobs, labels)]
+        pieces.append(checkpoint(run, hidden[rows], *pick, use_reentrant=False))
+    terms = [torch.cat([p[i] for p in pieces]) for i in range(len(active))]
+    return combine(terms, active, topk_ids, labels, mask, weights)

@@ -27,7 +27,7 @@ NEW_TOKENS = 64  # per prompt in the real decode
 @dataclass
 class HeldOut:
     """What evaluation reads; fixed for the run."""
-    examples: list[dict]            # batches.make_examples rows, shortest first (similar lengths pad less)
+    examples: batches.Examples      # held-out examples, shortest first (similar lengths pad less); read per batch
     batch_size: int                 # rows per forward on each rank
     vocab: VocabMap | None          # reduced vocabulary: its d2t maps draft ids to target ids; None = full
     calib_seqs: list | None         # copy circuit only: where output_gain is measured (designs.circuit_sample)
@@ -57,9 +57,10 @@ def acceptance_proxy(accelerator, student, held: HeldOut) -> float:
     rank, world, size = accelerator.process_index, accelerator.num_processes, held.batch_size
     agree = torch.zeros(2, device=accelerator.device)  # (agreements, positions)
     for i in range(rank * size, len(held.examples), world * size):
-        b = batches.collate(held.examples[i: i + size], held.vocab)
+        b = batches.collate(held.examples.take(range(i, min(i + size, len(held.examples)))), held.vocab)
         b = {k: v.to(accelerator.device) for k, v in b.items()}
-        pred = student(b["input_ids"], b["attention_mask"], b["sel"]).argmax(-1)  # (N,) draft ids
+        # the head in chunks of positions, with the model's final soft-capping (Student.logits)
+        pred = student(b["input_ids"], b["attention_mask"], b["sel"], argmax=True)  # (N,) draft ids
         pred = held.vocab.targets(pred) if held.vocab is not None else pred  # (N,) target ids
         agree += torch.stack([(pred == b["target_top1"]).sum().float(), torch.tensor(float(len(pred)), device=pred.device)])
     agree = accelerator.reduce(agree, "sum")
