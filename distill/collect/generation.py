@@ -48,8 +48,10 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, samplin
     tk_ids = [[] for _ in range(B)]
     tk_lp = [[] for _ in range(B)]
     active = list(range(B))  # original row of each batch row
+    # .to(dev): a target spread by a device map returns logits on its last GPU; sampling (and its generator) and
+    # the kept rows live on the first
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                   use_cache=True, logits_to_keep=1).logits[:, -1]  # (B, V)
+                   use_cache=True, logits_to_keep=1).logits[:, -1].to(dev)  # (B, V)
     next_pos = pos[:, -1:] + 1
     for _ in range(max_new_tokens):
         if k:
@@ -80,9 +82,28 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, samplin
             active = [active[j] for j in keep]
         mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], dim=1)
         logits = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=next_pos,
-                       past_key_values=cache, use_cache=True).logits[:, -1]
+                       past_key_values=cache, use_cache=True).logits[:, -1].to(dev)
         next_pos = next_pos + 1
     return [Generated(out[b], tk_ids[b] if k else None, tk_lp[b] if k else None) for b in range(B)]
+
+
+def head_logits(model, h: torch.Tensor) -> torch.Tensor:
+    """(n, H) final hidden states -> (n, V) logits, as the model's own forward makes them past its head: the
+    head alone computes the full (B, L, V) logits' rows for just the response positions, but some
+    architectures then rescale them, and so must we:
+      final_logit_softcapping (Gemma2, Gemma3): tanh(z / cap) * cap
+      logit_scale (Cohere): z * scale;  logits_scaling (Granite): z / scaling
+    """
+    z = model.get_output_embeddings()(h)
+    c = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(c, "logit_scale", None) is not None and c.model_type.startswith("cohere"):
+        z = z * c.logit_scale
+    if getattr(c, "logits_scaling", None) is not None:
+        z = z / c.logits_scaling
+    cap = getattr(c, "final_logit_softcapping", None)
+    if cap is not None:
+        z = torch.tanh(z / cap) * cap
+    return z
 
 
 @torch.inference_mode()
@@ -101,10 +122,9 @@ def score_batch(model, prompts: list[list[int]], responses: list[list[int]], k: 
         ids[b, : len(s)] = torch.tensor(s, device=dev)
         mask[b, : len(s)] = 1
     hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, L, H)
-    head = model.get_output_embeddings()
     results = []
     for b, (p, r) in enumerate(zip(prompts, responses)):
         h = hidden[b, len(p) - 1: len(p) + len(r) - 1]  # (len(r), H)
-        ti, tl = _topk(head(h), k)
+        ti, tl = _topk(head_logits(model, h), k)
         results.append(Generated(list(r), ti.tolist(), tl.tolist()))
     return results
