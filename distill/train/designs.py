@@ -7,8 +7,11 @@
     freeze             parts that do not train: embed (tied heads freeze with it), head, norm
     copy_circuit       widen the draft with a hand-built induction (copy) circuit (distill/train/copy_circuit.py)
 
-`prune` is Sheared-LLaMA-style structured width pruning (distill/train/prune.py). A reduced vocabulary keeps the matching rows of the
-embedding and head; `vocab_map[i]` is the target id of draft id i (stored as decode.draft_folder.VOCAB_MAP_FILE).
+build_draft_from_files builds from the target's folder, reading only the tensors the draft keeps (the training
+job's way: a 2-layer draft of a 70B target never holds the 70B); build_draft from a target already in memory.
+`prune` is Sheared-LLaMA-style structured width pruning (distill/train/prune.py); it alone loads the whole target.
+A reduced vocabulary keeps the matching rows of the embedding and head, in place; `vocab_map[i]` is the target id
+of draft id i (stored as decode.draft_folder.VOCAB_MAP_FILE).
 """
 
 from __future__ import annotations

@@ -87,12 +87,13 @@ def prune(target, layers: list[int], w: dict, imp: dict):
     mapping = cut_keys(src, prefix, layers)
     hk = _top(imp["hidden"], w["hidden_size"])
     index = {d: _layer_index(tc, w, imp, s) | {"hidden": hk} for d, s in enumerate(layers)}
+    in_layer = re.compile(re.escape(prefix) + r"\.(\d+)\.(.*)")  # draft layer d, weight name in the layer
     sd = {}
     for key in draft.state_dict():
-        m = re.fullmatch(re.escape(prefix) + r"\.(\d+)\.(.*)", key)
-        roles = _prune_roles(m.group(2), src[mapping[key]], cfg.head_dim) if m else _outer_roles(key, src[mapping[key]])
-        rows = index[int(m.group(1))] if m else {"hidden": hk}
-        sd[key] = _take(src[mapping[key]], [rows.get(r) for r in roles])
+        weight, m = src[mapping[key]], in_layer.fullmatch(key)
+        roles = _prune_roles(m.group(2), weight, cfg.head_dim) if m else _outer_roles(key, weight)
+        kept = index[int(m.group(1))] if m else {"hidden": hk}
+        sd[key] = _take(weight, [kept.get(r) for r in roles])  # r None: the dim is kept whole
     draft.load_state_dict(sd, strict=True)
     return draft
 
@@ -116,9 +117,10 @@ def _layer_index(tc, w: dict, imp: dict, s: int) -> dict:
             "ffn2": torch.cat([fk, t["intermediate_size"] + fk])}
 
 
-# a layer weight's module name -> the roles of its (out, in) dims; 1-D weights and biases take the out role
+# a layer weight's module name -> the roles of its (out, in) dims; 1-D weights and biases take the out role.
+# Phi-3 fuses q, k, v rows into qkv_proj and gate, up rows into gate_up_proj; StarCoder2's MLP is c_fc, c_proj
 _PRUNE_ROLES = {"q_proj": ("q", "hidden"), "k_proj": ("kv", "hidden"), "v_proj": ("kv", "hidden"),
-                "qkv_proj": ("qkv", "hidden"), "o_proj": ("hidden", "q"),  # phi3: q, k, v rows fused
+                "qkv_proj": ("qkv", "hidden"), "o_proj": ("hidden", "q"),
                 "gate_proj": ("ffn", "hidden"), "up_proj": ("ffn", "hidden"), "c_fc": ("ffn", "hidden"),
                 "gate_up_proj": ("ffn2", "hidden"), "down_proj": ("hidden", "ffn"), "c_proj": ("hidden", "ffn")}
 
@@ -143,6 +145,7 @@ def _outer_roles(key: str, tensor) -> tuple:
 
 
 def _take(t: torch.Tensor, index: list) -> torch.Tensor:
+    """t with dim i cut to the rows index[i] (None: all of them)."""
     for dim, idx in enumerate(index):
         if idx is not None:
             t = t.index_select(dim, idx.to(t.device))
