@@ -650,3 +650,40 @@ def test_publish_default_target_draft(tmp_path):
     assert ModelCard.load(local / "README.md").data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert AutoModelForCausalLM.from_pretrained(local).config.num_hidden_layers == 2
     assert TOKEN not in proc.stdout + proc.stderr + (tmp_path / "hub_log.jsonl").read_text()
+
+
+# --- the target at users' scale: its own working dtype, with low precision's near-ties allowed
+
+
+def test_checks_load_the_target_in_its_working_dtype(world, tmp_path, capsys, monkeypatch):
+    """Before, the checks loaded the target in float32 (a 70B target: 280 GB); now "auto" (bf16 on a GPU, float32
+    on this CPU) on the --device as given (placement may spread it over GPUs)."""
+    import distill.publish.job as job
+
+    seen, real = [], job.load_target
+
+    def spy(spec, dtype, device):
+        seen.append((dtype, device))
+        return real(spec, dtype, device)
+
+    monkeypatch.setattr(job, "load_target", spy)
+    code, stdout, _ = run_main([world["root"] / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "o"], capsys)
+    assert code == 0 and seen == [("auto", "auto")] and "check lossless    ok" in stdout
+
+
+def test_a_low_precision_divergence_passes_only_at_a_near_tie(world, monkeypatch):
+    """check_lossless in bf16: a verification's logits differ in rounding from one token's, so greedy outputs may
+    part at a near-tie; a divergence at a clear winner still fails, and float32 allows none."""
+    ids = [5, 6, 7, 8]
+    for dtype in (torch.bfloat16, torch.float32):
+        target = LlamaForCausalLM(world["target"].config).to(dtype).eval()
+        target.load_state_dict(world["target"].state_dict())
+        with torch.no_grad():
+            z = target(input_ids=torch.tensor([ids])).logits[0, -1].float()
+        order = z.argsort(descending=True).tolist()
+        top, second, worst = order[0], order[1], order[-1]
+        # the tolerance just above the top two's gap: they tie, the top and the worst do not
+        monkeypatch.setattr(compat, "LOW_PRECISION_TIE", 1.01 * (z[top] - z[second]).item() / z.abs().max().item())
+        assert compat.near_tie(target, ids, [top], [second], 0) == (dtype == torch.bfloat16)
+        assert not compat.near_tie(target, ids, [top], [worst], 0)
+        assert not compat.near_tie(target, ids, [top], [], 0)  # one output ended (EOS): not a tie

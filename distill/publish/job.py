@@ -36,7 +36,7 @@ from decode import cli, draft_folder
 from decode.draft_folder import META_FILE, VOCAB_MAP_FILE, assistant_config
 from decode.errors import UserError
 from decode.options import DecodeOptions
-from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, load_target, resolve, resolve_device
+from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, load_target, resolve
 from distill.publish import compat, modelcard
 
 DEFAULT_GAMMA = DecodeOptions.gamma  # γ written to generation_config.json when no evaluation says better
@@ -65,8 +65,9 @@ class PublishConfig:
     private: bool = field(default=False, metadata={"help": "create the repo private"})
     revision: str | None = field(default=None, metadata={"help": "branch to commit to (created from main if missing)"})
     dry_run: str | None = field(default=None, metadata={"help": "OUT_DIR: write the repo folder here; no network"})
-    device: str = field(default="auto", metadata={"help": "auto (cuda when available) | cpu | cuda: where the checks run "
-                                                          "the target and draft (float32, so greedy comparisons are exact)"})
+    device: str = field(default="auto", metadata={"help": "auto (cuda when available, spread over every GPU when the "
+                                                          "target needs it) | cpu | cuda[:N]: where the checks run the "
+                                                          "target and draft (bf16 on GPU, float32 on CPU)"})
     license: str | None = field(default=None, metadata={"help": "license for the card metadata, e.g. apache-2.0"})
 
     def __post_init__(self):
@@ -325,7 +326,9 @@ def _measured_entries(cfg: PublishConfig, draft_dir: Path) -> list[dict] | None:
 def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta: dict, spec: str,
                         entries: list[dict] | None, gamma: int) -> list:
     """Write the repo folder with its model card; raise (nothing uploaded) when a compatibility check failed."""
-    target, target_tok = load_target(spec, "float32", resolve_device(cfg.device))
+    # the target's working dtype ("auto": bf16 on a GPU, where a 70B target would not fit in float32; float32 on
+    # the CPU); check_lossless allows for low precision's near-ties. A target too large for one GPU is spread.
+    target, target_tok = load_target(spec, "auto", cfg.device)
     n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma)
     print(f"assembled {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
     checks = compat.run_checks(folder, draft_dir, target, target_tok, gamma)
