@@ -273,8 +273,8 @@ from decode.targets import load_target, load_draft
 from decode.options import DecodeOptions
 from decode.speculative import generate
 
-target, tok = load_target("{target_id}")
-draft = load_draft(snapshot_download("{repo_id}"), target, tok)
+target, tok = load_target("{target_id}", device="auto")  # the GPU(s) when there are, else the CPU
+draft = load_draft(snapshot_download("{repo_id}"), target, tok, device=str(target.device))
 ids = tok.apply_chat_template([{{"role": "user", "content": "Hello!"}}], add_generation_prompt=True)
 out, stats = generate(target, draft.model, ids, 128, DecodeOptions(gamma={gamma}), vocab_map=draft.vocab_map)
 print(tok.decode(out), stats.tau)
