@@ -15,7 +15,7 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from transformers import AutoConfig
@@ -26,6 +26,7 @@ from decode.runners import FAST_MODEL_TYPES, FastLlama
 from decode.targets import resolve
 from distill import collect, evaluate, train
 from distill.evaluate.report import headline
+from distill.train import copy_circuit
 
 TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` runs
 
@@ -69,14 +70,27 @@ def data_stages(target: str, out: Path, collect_over: dict, heldout_over: dict):
     return c, h
 
 
-def check_target(target: str, t, e) -> None:
-    """Refuse, from the target's config alone, a draft design or decoder setting its architecture cannot take."""
+def fit_to_target(target: str, t, e):
+    """The recipe as this target's architecture can run it: (train config, eval config, notes).
+
+    The default recipe's Llama-only parts are left out for other architectures, each with a note that says why
+    (the copy circuit's hand-built layers; top-K candidates, which need the FastLlama runner); everything else
+    the target's config alone can refuse is refused here, before collection."""
     tc = AutoConfig.from_pretrained(resolve(target))
-    t.design().check(tc)  # widths, layers, vocabulary, and the copy circuit's Llama-only build
+    notes = []
+    if t.copy_circuit:
+        try:
+            copy_circuit.check_architecture(tc)
+        except UserError as err:
+            t = replace(t, copy_circuit=False)
+            notes.append(f"copy circuit left out for this target: {err}")
     if max(e.candidate_counts()) > 1 and not FastLlama.supports_config(tc):
-        raise UserError(f"evaluate: candidates {e.candidates} (the draft's top-K verified at the first position) needs "
-                        f"the FastLlama runner ({', '.join(FAST_MODEL_TYPES)} models without a sliding window); this "
-                        f"target is {tc.model_type!r}: set evaluate: {{candidates: 1}}")
+        notes.append(f"evaluate: candidates {e.candidates} left out for this {tc.model_type!r} target: the draft's "
+                     f"top-K at the first position needs the FastLlama runner ({', '.join(FAST_MODEL_TYPES)} models "
+                     "without a sliding window); plain chains are evaluated")
+        e = replace(e, candidates=[1])
+    t.design().check(tc)  # widths, layers, vocabulary, prune's architectures
+    return t, e, notes
 
 
 def run(cfg: PipelineConfig, argv: list[str]) -> dict:
@@ -94,7 +108,9 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
                                          "output": str(out / "train")}, s["train"], "train")
     e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")},
                      s["evaluate"], "evaluate")
-    check_target(cfg.target, t, e)
+    t, e, notes = fit_to_target(cfg.target, t, e)
+    for note in notes:
+        print(f"pipeline: {note}", flush=True)
 
     t0 = time.perf_counter()
     print(f"== collect: target outputs on the train prompts -> {c.output}", flush=True)
@@ -122,7 +138,8 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     print(f"== evaluate -> {out / 'eval'}", flush=True)
     result = evaluate.run(e, command=command)
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
-    summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"), "timings": timings}
+    summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"), "timings": timings,
+               "left_out": notes}
     (out / "pipeline.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(headline(result))
     return summary

@@ -68,6 +68,11 @@ def check_architecture(c) -> None:
     if _rope(c)[0] != "default":
         raise UserError(f"copy_circuit assumes default RoPE; this draft uses {_rope(c)[0]!r}: "
                         "train without it (copy_circuit: false)")
+    d, group = _head_dim(c), c.num_attention_heads // c.num_key_value_heads
+    if not (PREV_PAIRS <= d // 2 and MATCH_PAIRS + 1 <= d // 2 and CODE_DIMS <= d and NGRAM <= group):
+        raise UserError(f"copy_circuit: head_dim {d} / group size {group} too small for the circuit (it needs "
+                        f"head_dim >= {max(2 * PREV_PAIRS, 2 * MATCH_PAIRS + 2, CODE_DIMS)} and {NGRAM} query heads "
+                        "per KV head): train without it (copy_circuit: false)")
 
 
 def _check(model) -> None:
