@@ -19,7 +19,7 @@ HIDDEN, LAYERS, HEADS, KV_HEADS = 64, 4, 4, 2
 
 # model_type -> config settings beyond the common ones (sizes, token ids)
 ARCHITECTURES = {
-    "llama": {},
+    "llama": {"head_dim": 64},  # the copy circuit's least head_dim, so the default recipe runs whole here
     "qwen2": {},
     "qwen3": {"head_dim": 16},
     "mistral": {"sliding_window": 8},

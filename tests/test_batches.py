@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 
 from distill.train import batches
@@ -148,3 +149,18 @@ def test_an_error_while_collating_reaches_the_loop():
     with pytest.raises(ZeroDivisionError):
         next(feed)
     feed.close()
+
+
+def test_token_rows_count_on_disk_what_the_lists_hold(tmp_path, monkeypatch):
+    """The draft's build reads token frequencies and a few rows from disk: the same vocabulary as from lists."""
+    from distill.train.designs import frequent_tokens
+
+    rows = _rows()
+    seqs = [r["prompt_ids"] + r["response_ids"] for r in rows]
+    monkeypatch.setattr(batches.TokenRows, "CHUNK", 2)  # several chunks
+    on_disk = batches.TokenRows(_dataset(rows, tmp_path))
+    assert len(on_disk) == len(seqs) and on_disk[:3] == seqs[:3]
+    want = np.bincount([t for s in seqs for t in s])
+    assert np.array_equal(on_disk.counts(1)[: len(want)], want) and not on_disk.counts(1)[len(want):].any()
+    for n in (3, 7, len(want) + 5):
+        assert frequent_tokens(on_disk, n, [2]) == frequent_tokens(seqs, n, [2])

@@ -433,3 +433,14 @@ def test_reduced_vocab_draft_is_lossless_on_the_real_tokenizer(tiny_collected):
         want = generate(target, None, prompt, 16, eos_token_ids=eos)[0]
         for gamma in (2, 4):
             assert generate(target, draft, prompt, 16, DecodeOptions(gamma=gamma), eos_token_ids=eos, vocab_map=vm)[0] == want
+
+
+def test_a_reduced_vocabulary_keeps_special_ids_in_draft_ids_lists_included(tiny_llama):
+    """Llama-3.1 lists several EOS ids: each kept one is renumbered, in the config and the generation config."""
+    from distill.train.designs import reduce_vocab
+
+    draft = tiny_llama(0, eos_token_id=[5, 7, 90], bos_token_id=3)
+    draft.generation_config.eos_token_id, draft.generation_config.bos_token_id = [5, 7, 90], 3
+    reduce_vocab(draft, [0, 7, 3, 5, 11])
+    for cfg in (draft.config, draft.generation_config):
+        assert cfg.eos_token_id == [3, 1] and cfg.bos_token_id == 2  # 90 is not in the draft's vocabulary

@@ -134,7 +134,7 @@ def test_narrow_prune_keeps_the_function_of_what_it_keeps(arch, folders, tmp_pat
     """Half the FFN channels and (but for OLMo-2, whose q/k norms span all heads) the second KV group's query
     heads are made silent, and ranked last: the narrow draft computes exactly what the target does."""
     target = AutoModelForCausalLM.from_pretrained(folders(arch)).eval()
-    hd = 16  # every tiny target: 64 wide over 4 heads
+    hd = getattr(target.config, "head_dim", None) or 64 // 4  # 64 wide over 4 heads, unless head_dim is set
     inter = target.config.intermediate_size
     heads = 4 if arch == "olmo2" else 2  # 4 query heads over 2 KV groups; group 1 feeds heads 2 and 3
     _silence(target, list(range(1, inter, 2)), list(range(2 * hd, 4 * hd)) if heads == 2 else [])

@@ -529,7 +529,7 @@ def _long_data(tmp_path, response_len: int):
     import datasets
 
     from distill.collect.shards import FEATURES
-    from distill.train.job import Data
+    from distill.train.data import Data
 
     rows = [{"id": f"r{i}", "category": "c", "source": "target", "prompt_ids": [5, 6, 7],
              "response_ids": list(range(100 + i, 100 + i + response_len)),
@@ -544,7 +544,7 @@ def test_the_default_max_seq_len_fits_the_longest_response_the_collection_holds(
     import warnings
 
     from distill.train import batches
-    from distill.train.job import PROMPT_TOKENS, make_examples
+    from distill.train.data import PROMPT_TOKENS, make_examples
 
     data = _long_data(tmp_path, 700)  # longer than the old fixed default of 512
     with warnings.catch_warnings():
@@ -563,7 +563,7 @@ def test_the_default_max_seq_len_fits_the_longest_response_the_collection_holds(
 
 
 def test_scored_collections_default_to_their_longest_stored_response(tmp_path):
-    from distill.train.job import default_max_seq_len
+    from distill.train.data import default_max_seq_len
 
     data = _long_data(tmp_path, 40)
     data.infos[0]["settings"] = {"mode": "score", "max_new_tokens": 8}  # scored rows are not bounded by it

@@ -126,6 +126,37 @@ class Examples:
                        int(self.p[i]), int(self.first[i]), int(self.n[i])) for j, i in enumerate(idx)]
 
 
+class TokenRows:
+    """prompt + response token ids of each collected row, read from disk when asked (never all held in Python):
+    what the draft's build measures on the data (token frequencies, a few sequences).
+
+        len(rows); rows[:n] -> the first n rows as lists; rows.counts(V) -> (V',) int64 token frequencies, V' >= V
+    """
+
+    CHUNK = 4096  # rows read at a time for counting
+
+    def __init__(self, ds):
+        self._t = ds.select_columns(["prompt_ids", "response_ids"]).with_format("arrow")
+        self._n = len(ds)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, s: slice) -> list[list[int]]:
+        t = self._t[s]
+        return [p + r for p, r in zip(t.column("prompt_ids").to_pylist(), t.column("response_ids").to_pylist())]
+
+    def counts(self, vocab_size: int) -> np.ndarray:
+        total = np.zeros(vocab_size, np.int64)
+        for start in range(0, self._n, self.CHUNK):
+            t = self._t[start: start + self.CHUNK]
+            for name in ("prompt_ids", "response_ids"):
+                ids = t.column(name).combine_chunks().flatten().to_numpy()
+                c = np.bincount(ids, minlength=len(total))
+                total = np.pad(total, (0, len(c) - len(total))) + c
+        return total
+
+
 def row_lengths(ds) -> tuple[np.ndarray, np.ndarray]:
     """(prompt lengths (R,), response lengths (R,)) of every row, read LENGTH_BATCH rows at a time from the list
     offsets (no token is read into Python)."""

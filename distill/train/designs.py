@@ -17,10 +17,12 @@ of draft id i (stored as decode.draft_folder.VOCAB_MAP_FILE).
 from __future__ import annotations
 
 import copy
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -126,20 +128,28 @@ class DraftDesign:
 
 
 def frequent_tokens(sequences, n: int, always: list[int]) -> list[int]:
-    """The n most frequent token ids (ties by id), always including `always` (e.g. EOS)."""
-    counts = Counter()
-    for seq in sequences:
-        counts.update(seq)
+    """The n most frequent token ids (ties by id), always including `always` (e.g. EOS); where the data holds
+    fewer than n distinct tokens, the lowest unused ids fill the rest. sequences: token id lists, or
+    batches.TokenRows (counted on disk)."""
+    counts = token_counts(sequences)
     keep = list(dict.fromkeys(t for t in always if t is not None))  # e.g. EOS and PAD are often the same id
-    for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+    kept = set(keep)
+    order = np.lexsort((np.arange(len(counts)), -counts))  # every counted id: most frequent first, ties by id
+    for t in itertools.chain(order.tolist(), itertools.count(len(counts))):  # then ids past the counted ones
         if len(keep) >= n:
             break
-        if t not in keep:
+        if t not in kept:
             keep.append(t)
-    if len(keep) < n:  # data covers fewer than n tokens: fill with the lowest unused ids
-        used = set(keep)
-        keep += [t for t in range(n * 2 + len(used)) if t not in used][: n - len(keep)]
+            kept.add(t)
     return keep
+
+
+def token_counts(sequences) -> np.ndarray:
+    """(V',) how often each token id occurs in sequences (token id lists, or batches.TokenRows)."""
+    if hasattr(sequences, "counts"):
+        return sequences.counts(1)
+    flat = np.fromiter((t for seq in sequences for t in seq), dtype=np.int64)
+    return np.bincount(flat, minlength=1)
 
 
 # --- construction: from a loaded target, or from the target's folder (reading only what the draft needs)
@@ -256,22 +266,33 @@ def reduce_vocab(draft, vocab_map: list[int]) -> None:
         head.bias = torch.nn.Parameter(head.bias.data[idx], requires_grad=head.bias.requires_grad)
     head.out_features = len(idx)
     draft.config.vocab_size = len(idx)
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        tid = getattr(draft.config, name, None)
-        setattr(draft.config, name, vocab_map.index(tid) if isinstance(tid, int) and tid in vocab_map else None)
+    position = {t: i for i, t in enumerate(vocab_map)}
+    for cfg in (draft.config, draft.generation_config):  # special ids in draft ids, in both places they are read
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            setattr(cfg, name, _draft_ids(getattr(cfg, name, None), position))
 
 
+def _draft_ids(tid, position: dict):
+    """A special token id (or a list of them, e.g. Llama-3.1's EOS ids) in draft ids; None where none is kept."""
+    if isinstance(tid, list):
+        kept = [position[t] for t in tid if t in position]
+        return kept or None
+    return position.get(tid) if isinstance(tid, int) else None
 
 
 # --- the copy circuit, freezing, description
+
+
+SINK_ROWS = 4096  # rows the copy circuit's sink token is read from
 
 
 def _with_copy_circuit(draft, sequences, vocab_map, target_vocab: int, seed: int):
     """The copy circuit on the draft's ids; its sink is the token that starts (nearly) every sequence, if any."""
     from distill.train.copy_circuit import add_copy_circuit
 
-    first = Counter(s[0] for s in sequences if s).most_common(1)
-    sink = first[0][0] if first and first[0][1] >= 0.9 * len(sequences) else None
+    head = sequences[:SINK_ROWS]  # enough rows to tell; all of them would be read into Python
+    first = Counter(s[0] for s in head if s).most_common(1)
+    sink = first[0][0] if first and first[0][1] >= 0.9 * len(head) else None
     if sink is not None:
         sink = circuit_sample([[sink]], vocab_map, target_vocab)[0][0]  # in draft ids
     device = draft.device

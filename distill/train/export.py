@@ -13,13 +13,13 @@ from pathlib import Path
 
 from decode import draft_folder
 from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET
-from distill.train import copy_circuit
+from distill.train import batches, copy_circuit
 
 
 def record(cfg, draft, data, command: str, step: int, metrics: dict, wandb: dict | None) -> dict:
     """specdistill.json: the target, design, data and commands behind the draft, its step and last eval metrics.
 
-    draft: job.Draft; data: job.Data (the training split: its rows and response tokens are counted).
+    draft: job.Draft; data: data.Data (the training split: its rows and response tokens are counted).
     """
     infos = data.infos  # collect_info() of each --data dir, in order; the first one's settings name the prompts
     return {
@@ -28,7 +28,7 @@ def record(cfg, draft, data, command: str, step: int, metrics: dict, wandb: dict
         "design": {**asdict(draft.design), **draft.card, "layers": draft.layers},
         "init": cfg.init,
         "loss": cfg.loss,
-        "data": {"path": cfg.data, "rows": len(data.train), "tokens": sum(len(r) for r in data.train["response_ids"]),
+        "data": {"path": cfg.data, "rows": len(data.train), "tokens": int(batches.row_lengths(data.train)[1].sum()),
                  "prompts": infos[0].get("settings", {}).get("prompts"), "collect_command": infos[0].get("command"),
                  "collect_commands": [i.get("command") for i in infos]},
         "step": step,

@@ -8,20 +8,17 @@ Rerunning the same command resumes from the newest complete checkpoint in --outp
 (same data order, optimizer state and RNG), so the loss curve matches an uninterrupted run.
 
 train() reads top to bottom: setup, data, model, batches, optimizer and engine, resume, loop (its steps in loop.py).
-Evaluation is in proxy.py, the HF folder written with each checkpoint in export.py.
+The data and examples are in data.py, evaluation in proxy.py, the HF folder written with each checkpoint in export.py.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
 from transformers import AutoConfig
 
@@ -30,9 +27,9 @@ from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.options import DecodeOptions
 from decode.targets import load_target, load_tokenizer, resolve
-from distill.collect.shards import collect_info, load_collected, tokenizer_fingerprint
 from distill.tracking import Tracker
 from distill.train import batches, checkpoints, copy_circuit, loop, losses, proxy
+from distill.train.data import Data, batch_order, data_workers, load_data, make_examples
 from distill.train.designs import DraftDesign, apply_freeze, build_draft_from_files, circuit_sample, describe
 from distill.train.student import Student
 
@@ -231,8 +228,9 @@ def prepare_zero3(cfg: TrainConfig, accelerator) -> None:
     """Under ZeRO-3: refuse the copy circuit, and have transformers build plain models.
 
     accelerate registers its ZeRO-3 config with transformers, which then builds every model partitioned
-    (zero.Init) even with zero3_init_flag false; the draft is copied from the whole target, so both are built as
-    plain models (prepare() partitions the draft) and build_model() restores the config after.
+    (zero.Init) even with zero3_init_flag false; the draft is filled from the target's tensors (and prune's target
+    is whole), so both are built as plain models (prepare() partitions the draft) and build_model() restores the
+    config after.
     """
     ds_plugin = accelerator.state.deepspeed_plugin
     if ds_plugin is None or ds_plugin.zero_stage != 3:
@@ -243,55 +241,6 @@ def prepare_zero3(cfg: TrainConfig, accelerator) -> None:
     from transformers.integrations import unset_hf_deepspeed_config
 
     unset_hf_deepspeed_config()
-
-
-# --- data ----------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Data:
-    """The collected rows, split; what the draft is built and trained from."""
-    train: Any         # datasets.Dataset: prompt_ids, response_ids, topk_ids, topk_logprobs, ...
-    heldout: Any       # the same columns: --eval-data, or 5% of --data by id
-    infos: list[dict]  # collect_info() of each --data dir, in order (recorded in specdistill.json)
-
-
-def load_data(cfg: TrainConfig, tok) -> Data:
-    data_dirs = cfg.data if isinstance(cfg.data, list) else [cfg.data]
-    infos = [collect_info(d) for d in data_dirs]
-    for d, info in zip(data_dirs, infos):
-        if info.get("tokenizer") != tokenizer_fingerprint(tok):
-            raise UserError(f"{d} was collected with another tokenizer (target {info.get('target')!r}); "
-                            f"collect data with --target {cfg.target} or train against that target")
-    ds = concatenate([load_collected(d) for d in data_dirs])
-    if len(ds) == 0:
-        raise UserError(f"{cfg.data} is empty")
-    if cfg.eval_data:
-        eval_ds = load_collected(cfg.eval_data)
-    else:  # a fixed 5% by id, so it never moves between runs
-        held = [i for i, x in enumerate(ds["id"]) if hash_id(x) % 20 == 0]
-        eval_ds, ds = ds.select(held), ds.select(sorted(set(range(len(ds))) - set(held)))
-    needs_topk = any(cfg.loss.get(k, 0) > 0 for k in losses.NEEDS_TOPK)
-    if needs_topk and not all(i.get("k") for i in infos):
-        raise UserError(f"{cfg.data} has no top-k logprobs (collected with --topk 0); use --loss '{{ce: 1.0}}' or recollect")
-    return Data(ds, eval_ds, infos)
-
-
-def concatenate(parts):
-    """Several collected datasets as one, on the columns every one of them has."""
-    import datasets
-
-    if len(parts) == 1:
-        return parts[0]
-    common = set.intersection(*(set(p.column_names) for p in parts))
-    return datasets.concatenate_datasets([p.remove_columns(sorted(set(p.column_names) - common)) for p in parts])
-
-
-def hash_id(x: str) -> int:
-    """A stable (process-independent) hash of a prompt id."""
-    import zlib
-
-    return zlib.crc32(x.encode())
 
 
 # --- model ---------------------------------------------------------------------------------------------------
@@ -312,7 +261,7 @@ class Draft:
 def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
     """The draft from the target's folder: target_layers reads only the kept layers' tensors, prune loads the
     whole target for its activations and drops it (designs.build_draft_from_files)."""
-    seqs = [p + r for p, r in zip(data.train["prompt_ids"], data.train["response_ids"])]  # token ids per row
+    seqs = batches.TokenRows(data.train)  # token ids per row, read from disk as the build needs them
     design = cfg.design()
     folder = resolve(cfg.target)
     tc = AutoConfig.from_pretrained(folder)
@@ -349,48 +298,6 @@ def draft_line(card: dict, device) -> str:
 
 
 # --- batches, optimizer and engine ---------------------------------------------------------------------------
-
-
-PROMPT_TOKENS = 512  # prompt tokens kept by default beside the longest response
-
-
-def make_examples(cfg: TrainConfig, data: Data) -> tuple[batches.Examples, batches.Examples]:
-    """(training examples, held-out examples) over the collected rows left on disk (batches.Examples): prompt +
-    response token ids with the teacher's targets, read per micro-batch."""
-    max_seq_len = cfg.max_seq_len or default_max_seq_len(cfg, data)
-    train_ex = batches.Examples.index(data.train, max_seq_len)
-    eval_ex = batches.Examples.index(data.heldout, max_seq_len)
-    eval_ex = eval_ex.subset(range(min(cfg.eval_rows, len(eval_ex)))) if cfg.eval_rows else eval_ex
-    # batches of similar length pad less; the proxy is a sum over rows
-    eval_ex = eval_ex.subset(np.argsort(eval_ex.lengths, kind="stable"))
-    if not len(train_ex):
-        raise UserError(f"{cfg.data} has no rows with a response to train on")
-    return train_ex, eval_ex
-
-
-def default_max_seq_len(cfg: TrainConfig, data: Data) -> int:
-    """The longest response the collections can hold + PROMPT_TOKENS: max_new_tokens from their collect.json
-    (generated rows are never longer), or for scored rows (--mode score) the longest response stored."""
-    infos = data.infos + ([collect_info(cfg.eval_data)] if cfg.eval_data else [])
-    settings = [i.get("settings") or {} for i in infos]
-    longest = max((s["max_new_tokens"] for s in settings if s.get("max_new_tokens")), default=0)
-    if any(s.get("mode", "generate") != "generate" or not s.get("max_new_tokens") for s in settings):
-        longest = max(longest, *(int(batches.row_lengths(d)[1].max(initial=0)) for d in (data.train, data.heldout)))
-    return longest + PROMPT_TOKENS
-
-
-def batch_order(cfg: TrainConfig, examples: batches.Examples):
-    """epoch -> that epoch's batches of example indices (batches.batch_order: similar lengths, shuffled by seed
-    and epoch); the few epochs a run is in are cached."""
-    lengths = examples.lengths.tolist()
-    return functools.lru_cache(maxsize=4)(lambda epoch: batches.batch_order(lengths, cfg.batch_size, cfg.seed, epoch))
-
-
-def data_workers(cfg: TrainConfig) -> int:
-    """--data-workers resolved: -1 = 2 collating processes on GPU (cores to spare), one thread on CPU."""
-    if cfg.data_workers >= 0:
-        return cfg.data_workers
-    return 2 if torch.cuda.is_available() else 0
 
 
 def make_engine(cfg: TrainConfig, accelerator, model) -> tuple[torch.nn.Module, torch.optim.Optimizer, list]:

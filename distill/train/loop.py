@@ -18,7 +18,8 @@ from distill.tracking import Tracker
 from distill.train import checkpoints, export, proxy
 
 if TYPE_CHECKING:
-    from distill.train.job import Data, Draft, TrainConfig
+    from distill.train.data import Data
+    from distill.train.job import Draft, TrainConfig
 
 
 @dataclass
