@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM
 
 from decode.errors import UserError
 from decode.targets import load_tokenizer
-from distill.collect import CollectConfig, main, run, shards
+from distill.collect import CollectConfig, main, run, shards, vllm_engine
 from distill.collect.shards import load_collected, shard_dirs
 
 VOCAB = 49152  # the default tokenizer's
@@ -556,6 +556,21 @@ def test_output_with_other_settings_is_refused(base_copy, base, target_dir, gene
         collect(base_copy, base.prompts, generator_dir)  # another target (same tokenizer)
     assert snapshot(base_copy) == before
     assert by_id(load_collected(base_copy)).keys() == base.rows.keys()
+
+
+def test_collection_made_before_the_engine_setting_resumes(base_copy, base, target_dir, monkeypatch):
+    """A collect.settings.json written before `engine` was a setting was made by transformers: it resumes with
+    --engine hf (the default) and is refused with --engine vllm."""
+    path = base_copy / "collect.settings.json"
+    settings = json.loads(path.read_text())
+    assert settings.pop("engine") == "hf" and base.info["settings"]["engine"] == "hf"
+    path.write_text(json.dumps(settings))
+    before = snapshot(base_copy)
+    assert collect(base_copy, base.prompts, target_dir)["rows"] == len(PROMPTS)
+    assert snapshot(base_copy) == before
+    monkeypatch.setattr(vllm_engine, "available", lambda: True)  # refused by the settings, before any engine starts
+    with pytest.raises(UserError, match="engine: 'hf' there, 'vllm' now"):
+        collect(base_copy, base.prompts, target_dir, engine="vllm")
 
 
 def test_full_disk_while_writing_a_shard(tmp_path, monkeypatch, base, target_dir):

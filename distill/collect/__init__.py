@@ -3,7 +3,8 @@
     job.py          CollectConfig, run(), main(): `python -m distill.collect`
     generation.py   batched generation and teacher-forced scoring that keep the target's top-k logprobs
     shards.py       the collected dataset on disk (atomic shards, exactly-once resume, collect.json)
-    bench.py        `python -m distill.collect.bench`: collection throughput against HF generate
+    vllm_engine.py  vLLM plumbing shared with evaluation: installed?, an LLM with our settings, top-k rows, counters
+    bench.py        `python -m distill.collect.bench`: collection throughput against HF generate (or vLLM against HF)
 """
 
 from distill.collect.job import CollectConfig, finish, main, prepare, run

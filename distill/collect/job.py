@@ -4,6 +4,7 @@
     accelerate launch --config_file configs/accelerate/ddp.yaml -m distill.collect --config ...  # each rank its share
     python -m distill.collect --mode score --prompts chats.jsonl ...        # teacher-force given responses
     python -m distill.collect --generator runs/train/checkpoint-400/hf ...  # on-policy: draft writes, target scores
+    python -m distill.collect --engine vllm [--tensor-parallel-size 2] ...  # vLLM's continuous batching generates
 
 Killing it at any moment and rerunning the same command finishes with every prompt exactly once.
 The dataset layout is documented in distill/collect/shards.py; `load_collected(OUT)` returns it as one Dataset.
@@ -15,8 +16,10 @@ import json
 import os
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from tqdm import tqdm
@@ -26,9 +29,9 @@ from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.prompts import check_context, encode_prompt
 from decode.sampling import SamplingParams
-from decode.targets import eos_ids, load_draft, load_target
-from distill.collect import shards
-from distill.collect.generation import generate_batch, score_batch
+from decode.targets import eos_ids, load_draft, load_target, load_tokenizer, resolve
+from distill.collect import shards, vllm_engine
+from distill.collect.generation import Generated, generate_batch, score_batch
 from distill.prompts import load_prompts, split_response
 
 
@@ -55,6 +58,11 @@ class CollectConfig:
     device: str = field(default="auto", metadata={"help": "auto (this rank's GPU under a launcher, else every GPU: "
                                                           "a large target is spread over them; else CPU) | cpu | cuda[:N]"})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16"})
+    engine: str = field(default="hf", metadata={"help": "hf (transformers, batched here) | vllm (vLLM's continuous "
+                                                        "batching; --mode generate only) | auto (vllm when installed "
+                                                        "on a CUDA machine, else hf)"})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "--engine vllm: GPUs each rank's vLLM spreads the "
+                                                                   "target over"})
     shard_index: int = field(default=-1, metadata={"help": "this process's share (default: RANK from the launcher)"})
     num_shards: int = field(default=0, metadata={"help": "number of shares (default: WORLD_SIZE from the launcher)"})
 
@@ -70,13 +78,29 @@ class CollectConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
         if self.topk < 0:
             raise UserError("--topk must be >= 0")
+        if self.engine not in ("hf", "vllm", "auto"):
+            raise UserError(f"--engine must be hf, vllm or auto, got {self.engine!r}")
+        if self.engine == "vllm" and (self.mode == "score" or self.generator):
+            raise UserError("--engine vllm generates with the target only; use --engine hf for --mode score and --generator")
+        if self.tensor_parallel_size < 1:
+            raise UserError("--tensor-parallel-size must be >= 1")
         SamplingParams(self.temperature, self.top_k, self.top_p)
 
     def settings(self) -> dict:
         """What makes two collections the same collection (anything else may change on resume)."""
         keys = ("target", "prompts", "columns", "split", "categories", "limit", "mode", "generator", "chat_template",
                 "max_new_tokens", "temperature", "top_p", "top_k", "stop", "topk", "seed")
-        return {k: getattr(self, k) for k in keys}
+        return {**{k: getattr(self, k) for k in keys}, "engine": self.resolved_engine()}
+
+    def resolved_engine(self) -> str:
+        """hf or vllm: `auto` picks vLLM only where it pays and only for what it runs (target generation)."""
+        if self.engine == "auto" and (self.mode == "score" or self.generator):
+            return "hf"
+        return vllm_engine.resolve_engine(self.engine)
+
+
+# settings keys added after collections were made: a settings file without one was made with this value
+SETTINGS_SINCE = {"engine": "hf"}
 
 
 def _rank_world(cfg: CollectConfig) -> tuple[int, int]:
@@ -108,13 +132,14 @@ def prepare(cfg: CollectConfig, tokenizer, max_positions: int) -> list[dict]:
 def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None = None) -> dict | None:
     """Collect (resumable). `command`: the command line to record, when another job (pipeline, sweep) runs this stage."""
     out = Path(cfg.output)
-    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
-    device = str(target.device)  # where inputs go: the first GPU of a target spread by a device map
+    engine = cfg.resolved_engine()
+    # vLLM loads the target itself (in its engine process): here only its config, generation config and tokenizer
+    target, tok = load_target(cfg.target, cfg.dtype, cfg.device) if engine == "hf" else _target_meta(cfg.target)
     vocab = target.config.vocab_size
     if cfg.topk > vocab:
         raise UserError(f"--topk {cfg.topk} is larger than the target's vocabulary ({vocab})")
     rows = prepare(cfg, tok, target.config.max_position_embeddings)
-    shards.guard_settings(out, {**cfg.settings(), "tokenizer": shards.tokenizer_fingerprint(tok)})
+    shards.guard_settings(out, {**cfg.settings(), "tokenizer": shards.tokenizer_fingerprint(tok)}, SETTINGS_SINCE)
     cli.save(cfg, out / "collect.config.json")
 
     rank, world = _rank_world(cfg)
@@ -123,16 +148,63 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
     mine = [r for i, r in enumerate(rows) if i % world == rank and r["id"] not in done]
     mine.sort(key=lambda r: -len(r["prompt_ids"]))  # similar lengths share a batch: little padding
     eos = set(eos_ids(target, tok))
+    source = "score" if cfg.mode == "score" else ("on_policy" if cfg.generator else "target")
+
+    bar = tqdm(total=len(mine), desc=f"collect[{rank}/{world}]", unit="prompt", mininterval=5)
+    totals = [0, 0.0]  # tokens, seconds
+
+    def emit(batch: list[dict], results: list[Generated], seconds: float) -> None:
+        """One shard per batch of finished prompts: what a kill can lose is at most one batch."""
+        n_tok = _write_batch(out, rank, source, batch, results, seconds)
+        totals[0], totals[1] = totals[0] + n_tok, totals[1] + seconds
+        bar.update(len(batch))
+        bar.set_postfix(tokens=totals[0], tok_s=f"{totals[0] / max(totals[1], 1e-9):.1f}")
+
+    if mine and engine == "vllm":
+        _collect_vllm(cfg, target, mine, eos, emit)
+    elif mine:
+        _collect_hf(cfg, target, tok, mine, eos, emit)
+    bar.close()
+    return finish(out, cfg, rows, tok, argv, command)
+
+
+def _target_meta(spec: str):
+    """What collection needs of a target that vLLM will serve, without loading its weights: a stand-in with
+    .config, .generation_config (eos ids) and .path, and the tokenizer."""
+    from transformers import AutoConfig, GenerationConfig
+
+    path = resolve(spec)
+    config = AutoConfig.from_pretrained(path)
+    try:
+        gen = GenerationConfig.from_pretrained(path)
+    except OSError:  # no generation_config.json: the model config's eos, as from_pretrained would do
+        gen = GenerationConfig.from_model_config(config)
+    return SimpleNamespace(config=config, generation_config=gen, path=path), load_tokenizer(spec)
+
+
+def _write_batch(out: Path, rank: int, source: str, batch: list[dict], results: list[Generated], seconds: float) -> int:
+    """Write one shard of finished prompts (the dataset format of shards.py); the response tokens it holds."""
+    n_tok = sum(len(g.response_ids) for g in results)
+    records = [
+        {"id": r["id"], "category": r["category"], "source": source, "prompt_ids": r["prompt_ids"],
+         "response_ids": g.response_ids, "topk_ids": g.topk_ids or [], "topk_logprobs": g.topk_logprobs or []}
+        for r, g in zip(batch, results)
+    ]
+    shards.write_shard(out, f"r{rank:03d}-{time.time_ns()}", records,
+                       {"rank": rank, "rows": len(records), "tokens": n_tok, "seconds": seconds})
+    return n_tok
+
+
+def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int], emit) -> None:
+    """transformers: one left-padded batch of cfg.batch_size prompts at a time (generation.py)."""
+    device = str(target.device)  # where inputs go: the first GPU of a target spread by a device map
+    vocab = target.config.vocab_size
     pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos), 0)
     sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     generator_model, gvocab = None, None
     if cfg.generator:
         d = load_draft(cfg.generator, target, tok, device=device)
         generator_model, gvocab = d.model, VocabMap(d.vocab_map, vocab)
-    source = "score" if cfg.mode == "score" else ("on_policy" if cfg.generator else "target")
-
-    bar = tqdm(total=len(mine), desc=f"collect[{rank}/{world}]", unit="prompt", mininterval=5)
-    tokens, seconds = 0, 0.0
     for start in range(0, len(mine), cfg.batch_size):
         batch = mine[start: start + cfg.batch_size]
         t0 = time.perf_counter()
@@ -147,20 +219,30 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
         else:
             results = generate_batch(target, [r["prompt_ids"] for r in batch], cfg.max_new_tokens, sampling, cfg.topk,
                                      eos, pad, tuple(cfg.stop), tok, gen)
-        dt = time.perf_counter() - t0
-        n_tok = sum(len(g.response_ids) for g in results)
-        records = [
-            {"id": r["id"], "category": r["category"], "source": source, "prompt_ids": r["prompt_ids"],
-             "response_ids": g.response_ids, "topk_ids": g.topk_ids or [], "topk_logprobs": g.topk_logprobs or []}
-            for r, g in zip(batch, results)
-        ]
-        shards.write_shard(out, f"r{rank:03d}-{time.time_ns()}", records,
-                           {"rank": rank, "rows": len(records), "tokens": n_tok, "seconds": dt})
-        tokens, seconds = tokens + n_tok, seconds + dt
-        bar.update(len(batch))
-        bar.set_postfix(tokens=tokens, tok_s=f"{tokens / seconds:.1f}")
-    bar.close()
-    return finish(out, cfg, rows, tok, argv, command)
+        emit(batch, results, time.perf_counter() - t0)
+
+
+def _collect_vllm(cfg: CollectConfig, target, mine: list[dict], eos: set[int], emit) -> None:
+    """vLLM: every prompt of this rank's share in one continuously batched stream; a shard is written each time
+    cfg.batch_size prompts have finished (the seconds recorded: wall time since the previous shard)."""
+    vllm_engine.pin_gpus(cfg.tensor_parallel_size)
+    max_len = vllm_engine.model_len([len(r["prompt_ids"]) for r in mine], cfg.max_new_tokens,
+                                    target.config.max_position_embeddings)
+    llm = vllm_engine.build_llm(target.path, max_model_len=max_len, dtype=cfg.dtype, max_logprobs=cfg.topk,
+                                tensor_parallel_size=cfg.tensor_parallel_size, seed=cfg.seed)
+    # a seed per prompt id: a sampled response does not depend on the batch it shared or on a resume
+    params = [vllm_engine.sampling_params(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                          top_k=cfg.top_k, top_p=cfg.top_p, k=cfg.topk, stop=tuple(cfg.stop), eos=eos,
+                                          seed=cfg.seed + zlib.crc32(r["id"].encode())) for r in mine]
+    batch, results, t0 = [], [], time.perf_counter()
+    for i, out in vllm_engine.stream(llm, [r["prompt_ids"] for r in mine], params):
+        batch.append(mine[i])
+        results.append(Generated(*vllm_engine.response_topk(out.outputs[0], cfg.topk)))
+        if len(batch) == cfg.batch_size:
+            emit(batch, results, time.perf_counter() - t0)
+            batch, results, t0 = [], [], time.perf_counter()
+    if batch:
+        emit(batch, results, time.perf_counter() - t0)
 
 
 def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: str | None = None) -> dict | None:

@@ -50,11 +50,12 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def guard_settings(out: Path, settings: dict) -> None:
-    """Refuse to add to a collection made with other settings; record them for a new one."""
+def guard_settings(out: Path, settings: dict, since: dict | None = None) -> None:
+    """Refuse to add to a collection made with other settings; record them for a new one. `since`: settings keys
+    added later, with the value an older settings file (which lacks them) was made with."""
     path = out / "collect.settings.json"
     if path.is_file():
-        old = json.loads(path.read_text())
+        old = {**(since or {}), **json.loads(path.read_text())}
         diff = {k: (old.get(k), settings.get(k)) for k in set(old) | set(settings) if old.get(k) != settings.get(k)}
         if diff:
             lines = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, a, b in ((k, *v) for k, v in sorted(diff.items())))
