@@ -243,6 +243,7 @@ def _collect_vllm(cfg: CollectConfig, target, mine: list[dict], eos: set[int], e
             batch, results, t0 = [], [], time.perf_counter()
     if batch:
         emit(batch, results, time.perf_counter() - t0)
+    vllm_engine.shutdown(llm)
 
 
 def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: str | None = None) -> dict | None:

@@ -5,6 +5,7 @@
     resolve_engine(name)   hf | vllm | auto (vLLM when installed on a CUDA machine, else hf)
     build_llm(folder, ...) an `LLM` with our settings: raw logprobs, eager on CPU, fp32 on CPU
     topk_row(position, k)  one position's logprobs dict -> k ids and logprobs, best first
+    shutdown(llm)          stop its engine process now
     spec_counters(llm)     vLLM's spec-decode counters (drafts, draft tokens, accepted tokens), summed over engines
 
 vLLM starts its engine in a spawned process: scripts that build an LLM need an `if __name__ == "__main__":` guard
@@ -13,6 +14,7 @@ vLLM starts its engine in a spawned process: scripts that build an LLM need an `
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import sys
@@ -79,11 +81,31 @@ def build_llm(model: str, *, max_model_len: int, dtype: str = "auto", max_logpro
               disable_log_stats=not log_stats)
     if speculative_config:
         kw["speculative_config"] = speculative_config
+    if torch.cuda.is_available():
+        kw["gpu_memory_utilization"] = gpu_share()
     try:
         return LLM(**kw)
     except (ValueError, NotImplementedError) as e:  # vLLM's refusals (architecture, sizes, spec config)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"vLLM cannot serve {model}: {first}") from None
+
+
+def shutdown(llm) -> None:
+    """Stop the engine process now, not at interpreter exit (then vLLM logs into closed streams), and before a
+    next engine starts (two resident engines would share the cores)."""
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:  # noqa: BLE001 - already stopped, or a version without that hook: garbage collection does it
+        pass
+    del llm
+    gc.collect()
+
+
+def gpu_share(fill: float = 0.9) -> float:
+    """vLLM's gpu_memory_utilization (a share of the whole GPU) as `fill` of what is free now: evaluation's own
+    process still holds its transformers target on that GPU while the vLLM anchor runs."""
+    free, total = torch.cuda.mem_get_info()
+    return round(min(fill, fill * free / total), 3)
 
 
 def model_len(prompt_lens: list[int], max_new_tokens: int, max_positions: int) -> int:

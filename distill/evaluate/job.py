@@ -3,10 +3,12 @@ model's prediction next to the measurement, per prompt category, plus the anchor
 
     python -m distill.evaluate --run runs/train-default            # every checkpoint of a training run
     python -m distill.evaluate --drafts D1 D2 --gamma "[2, 4, 6]"   # any drafts, several γ
+    python -m distill.evaluate --drafts D1 --anchors vllm           # also vLLM's own numbers (vllm_anchors.py)
 
 Writes EVAL_DIR/report.json (one entry per draft × γ, the result schema of docs/architecture.md), report.md and PNG plots.
 Anchors, under the same settings: the target alone (in every entry), transformers' assisted generation with
-the same draft, transformers' prompt-lookup decoding, and an untrained draft cut from the same target layers.
+the same draft, transformers' prompt-lookup decoding, and an untrained draft cut from the same target layers;
+with --anchors vllm also vLLM's target alone, vLLM with each draft (draft_model) and vLLM's n-gram lookup.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from decode.draft_folder import read_meta
 from decode.errors import UserError
 from decode.options import DecodeOptions
 from decode.targets import eos_ids, load_draft, load_target
+from distill.collect import vllm_engine
+from distill.evaluate import vllm_anchors
 from distill.prompts import load_prompts, resolve
 from distill.train import checkpoints
 
@@ -51,7 +55,9 @@ class EvalConfig:
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
     schedule: str = field(default=DecodeOptions.schedule, metadata={"help": "constant | heuristic | dynamic"})
     output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
-    anchors: bool = field(default=True, metadata={"help": "also HF assisted, prompt lookup, untrained layer cut"})
+    anchors: str = field(default="hf", metadata={"help": "hf: also HF assisted, prompt lookup, untrained layer cut | "
+                                                      "vllm: those and vLLM's own numbers (target alone, each "
+                                                      "draft, n-gram) | none (--no-anchors)"})
     report_to: str = field(default="none", metadata={"help": "wandb | none"})
     wandb_project: str = field(default="specdistill", metadata={"help": "W&B project"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
@@ -60,6 +66,10 @@ class EvalConfig:
     dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16"})
 
     def __post_init__(self):
+        # booleans from YAML or callers (anchors: false) mean what they did when this was an on/off flag
+        self.anchors = {True: "hf", False: "none"}.get(self.anchors, self.anchors)
+        if self.anchors not in ("hf", "vllm", "none"):
+            raise UserError(f"--anchors must be hf, vllm or none, got {self.anchors!r}")
         if not self.gammas():
             raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
         for g, n, k in product(self.gammas(), self.lookups(), self.candidate_counts()):
@@ -69,6 +79,9 @@ class EvalConfig:
             raise UserError(f"--checkpoints must be 'all' or 'last', got {self.checkpoints!r}")
         if not self.run and not self.drafts:
             raise UserError("give --run RUN_DIR (every checkpoint) or --drafts D1 D2 ...")
+
+    def hf_anchors(self) -> bool:
+        return self.anchors in ("hf", "vllm")
 
     def gammas(self) -> list[int]:
         return [int(g) for g in (self.gamma if isinstance(self.gamma, list) else [self.gamma])]
@@ -123,6 +136,8 @@ def prompt_lookup(target, tok, rows, encoded, cfg: EvalConfig, gamma: int) -> di
 
 
 def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = None) -> dict:
+    if cfg.anchors == "vllm":  # before anything is measured, not after
+        vllm_engine.require("--anchors vllm")
     out = Path(cfg.output or (Path(cfg.run) / "eval" if cfg.run else "runs/eval"))
     out.mkdir(parents=True, exist_ok=True)
     rows = load_prompts(cfg.prompts, categories=cfg.categories or None, limit=cfg.limit, spread=True)
@@ -146,8 +161,12 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     del runs
 
     anchors = {}
-    if cfg.anchors:
+    if cfg.hf_anchors():
         anchors["prompt_lookup"] = prompt_lookup(target, tok, rows, encoded, cfg, max(cfg.gammas()))
+    if cfg.anchors == "vllm":
+        anchors["vllm"] = vllm_anchors.anchor(cfg.target, vllm_drafts(cfg, todo, errors), entries, encoded,
+                                              gamma=max(cfg.gammas()), max_new_tokens=cfg.max_new_tokens,
+                                              eos=eos_ids(target, tok), dtype=cfg.dtype, seed=cfg.seed)
     result = {"target": cfg.target, "prompts": len(rows), "prompt_set": cfg.prompts, "config": asdict(cfg),
               "command": command or "python -m distill.evaluate " + " ".join(argv or []),
               "entries": entries, "anchors": anchors, "errors": errors}
@@ -175,7 +194,7 @@ def drafts_to_evaluate(cfg: EvalConfig, errors: list[dict]) -> list[tuple[str, i
             print(f"warning: {errors[-1]['error']}", file=sys.stderr)
         todo += found[-1:] if cfg.checkpoints == "last" else found
     todo += [(d, None) for d in cfg.drafts]
-    if cfg.anchors:
+    if cfg.hf_anchors():
         layers = next((m["design"]["layers"] for d, _ in todo if (m := read_meta(d)).get("design")), None)
         if isinstance(layers, list):
             todo.append(("layers:" + ",".join(map(str, layers)), None))
@@ -206,12 +225,27 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
                                max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
                                lookup_tokens=cfg.lookup_tokens, candidates=k, draft_weights=cfg.draft_weights,
                                temperature=cfg.temperature, seed=cfg.seed, device=str(target.device), dtype=cfg.dtype)
-            runs.append((draft, bcfg, cfg.anchors and main and n == lookups[0] and k == 1))
+            runs.append((draft, bcfg, cfg.hf_anchors() and main and n == lookups[0] and k == 1))
             labels.append((spec, step, n, k))
     return runs, labels
 
 
+def vllm_drafts(cfg: EvalConfig, todo: list[tuple[str, int | None]], errors: list[dict]) -> list[tuple[str, str]]:
+    """(draft, label) for vLLM's anchor: the drafts asked for and the newest checkpoint, as in our main grid (each
+    costs vLLM an engine start), less those that did not load."""
+    failed = {e["draft"] for e in errors}
+    newest = max((s for _, s in todo if s is not None), default=None)
+    return [(spec, _label(spec, step)) for spec, step in todo
+            if spec not in failed and not spec.startswith("layers:") and (step is None or step == newest)]
+
+
+def old_flags(argv: list[str]) -> list[str]:
+    """--anchors takes a value now (hf | vllm | none); the on/off flag's negative form keeps working."""
+    return [a for x in argv for a in (("--anchors", "none") if x in ("--no-anchors", "--no_anchors") else (x,))]
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = old_flags(sys.argv[1:] if argv is None else list(argv))
     _, result = cli.run_job(EvalConfig, run, argv, __doc__)
     from distill.evaluate import report
 

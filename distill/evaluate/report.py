@@ -100,17 +100,44 @@ def markdown(result: dict, pngs: list[str]) -> str:
                 lines += ["", f"The same cost model with c and v from this run's own forward timings (c = {ir['c']}, "
                           f"v = {ir['v']}): predicted {ir['predicted_speedup']}× ({b['prediction_error_in_run']:+.1%})."]
     pl = result.get("anchors", {}).get("prompt_lookup")
+    vl = result.get("anchors", {}).get("vllm")
+    if pl or vl:
+        lines += ["", "## Anchors", ""]
     if pl:
-        lines += ["", "## Anchors", "",
-                  f"- transformers prompt-lookup decoding (γ={pl['gamma']}): {pl['speedup_vs_hf_target_alone']}× "
+        lines += [f"- transformers prompt-lookup decoding (γ={pl['gamma']}): {pl['speedup_vs_hf_target_alone']}× "
                   f"over transformers' target alone ({pl['tokens_per_s']} vs {pl['hf_target_alone_tokens_per_s']} tokens/s)",
                   "- transformers assisted generation with each draft: the 'vs HF assisted' column (same draft, same γ)",
                   "- the untrained layer cut: the 'untrained layers:…' rows"]
+    if vl:
+        lines += vllm_lines(vl)
     if result.get("errors"):
         lines += ["", "## Not evaluated", ""] + [f"- `{x['draft']}`: {x['error']}" for x in result["errors"]]
     if pngs:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in pngs]
     return "\n".join(lines) + "\n"
+
+
+def vllm_lines(v: dict) -> list[str]:
+    """The vLLM anchor (distill.evaluate.vllm_anchors) as report.md lines: a table of vLLM's numbers, ours beside."""
+    if "target_alone" not in v:
+        return ["", f"vLLM anchor: {v.get('error', 'no numbers')}"]
+    lines = ["", f"{v['engine']}, same prompts, max_new_tokens {v['max_new_tokens']}, greedy, batch {v['batch']}, "
+             f"dtype {v['dtype']}, γ={v['gamma']}; α and τ from vLLM's spec-decode counters; target alone: "
+             f"{_f(v['target_alone']['tokens_per_s'], 1)} tokens/s.", "",
+             "| vLLM with | tok/s | speedup vs vLLM target | α | τ | outputs = target | ours: α | τ | speedup |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for e in ([v["ngram"]] if v.get("ngram") else []) + v.get("drafts", []):
+        name = "n-gram lookup" if e["method"] == "ngram" else e["label"]
+        if "tokens_per_s" not in e:
+            lines.append(f"| {name} | {e.get('not_servable') or e.get('error')} |  |  |  |  |  |  |  |")
+            continue
+        o = e.get("ours") or {}
+        lines.append(f"| {name} | {_f(e['tokens_per_s'], 1)} | **{_f(e['speedup_vs_vllm_target_alone'], 2)}×** | "
+                     f"{_f(e.get('acceptance_rate'))} | {_f(e.get('tau'), 2)} | {e.get('outputs_matching_target')}/{v['prompts']} | "
+                     f"{_f(o.get('acceptance_rate'))} | {_f(o.get('tau'), 2)} | {_f(o.get('speedup'), 2)}{'×' if o else ''} |")
+    if v.get("error"):
+        lines += ["", f"vLLM anchor error: {v['error']}"]
+    return lines
 
 
 def write(result: dict, out: Path) -> list[Path]:
