@@ -502,13 +502,18 @@ def test_reduced_vocab_draft(world, tmp_path, capsys):
     (d / VOCAB_MAP_FILE).write_text(json.dumps({"draft_to_target": vocab_map}))
     code, stdout, err = run_main([d, "--repo-id", "org/reduced", "--dry-run", tmp_path / "out"], capsys)
     assert code == 0, err
-    assert (
-        "bundled decoder (reduced vocabulary)" in stdout
-        and "vLLM cannot use it as a plain draft model" in stdout
-    )
-    assert json.loads((tmp_path / "out" / VOCAB_MAP_FILE).read_text())["draft_to_target"] == vocab_map
-    card = (tmp_path / "out/README.md").read_text()
+    out = tmp_path / "out"
+    # the top level is the expanded, full-vocabulary draft; the trained form is in reduced/ with its map
+    assert not (out / VOCAB_MAP_FILE).exists()
+    assert json.loads((out / "reduced" / VOCAB_MAP_FILE).read_text())["draft_to_target"] == vocab_map
+    config = json.loads((out / "config.json").read_text())
+    assert (config["vocab_size"], config["tie_word_embeddings"]) == (384, False)
+    assert "check lossless    ok   transformers assisted generation" in stdout
+    assert "check servable    ok" in stdout and "check lossless_reduced ok   bundled decoder" in stdout
+    assert "check vllm        skip skipped: vLLM is not installed" in stdout
+    card = (out / "README.md").read_text()
     assert "reduced vocabulary" in card and "200 of 384" in card and "vocab_map=draft.vocab_map" in card
+    assert '+ "/reduced"' in card and "assistant_model=draft" in card and "| vllm | skipped |" in card
 
 
 # --- bad input

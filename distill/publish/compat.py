@@ -6,11 +6,14 @@ Each check answers one question a user of the published draft would otherwise fi
                 the file (a missing one is silently initialised at random: the "random embeddings" failure).
     tokenizer   the tokenizer shipped with the draft, and the one the draft was trained with, are the target's.
     lossless    a short greedy target.generate(assistant_model=draft) equals target.generate alone, token for
-                token (reduced-vocabulary drafts go through the bundled decoder instead: transformers cannot map
-                their ids).
+                token (the folder's draft is always full-vocabulary; see servable below).
+    servable    a reduced-vocabulary draft only: the expanded draft in the folder proposes exactly what the
+                reduced one in reduced/ (distill/publish/servable.py) proposes, mapped to target ids, with no
+                out-of-vocabulary token ever winning; reduced/ loads in the bundled decoder and is lossless there.
     random_init no weight matrix is still at its random initialisation (heuristic, see `looks_like_init`).
-    vllm        the config has what vLLM needs to use the model as a draft: a supported architecture, the
-                target's vocab size and max_position_embeddings >= the target's.
+    vllm        the config has what vLLM needs (a supported architecture, the target's vocab size,
+                max_position_embeddings >= the target's), then vLLM serves the target with the draft for real
+                (distill/publish/vllm_check.py); skipped, saying so, only where vLLM is not installed.
 
 `run_checks` returns one `Check` per question; publish refuses to upload when any of them failed.
 """
@@ -23,11 +26,12 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from decode.draft_folder import VOCAB_MAP_FILE, assistant_config, read_vocab_map
+from decode.draft_folder import assistant_config, read_vocab_map
 from decode.errors import UserError
 from decode.options import DecodeOptions
 from decode.prompts import encode_prompt
-from decode.targets import check_tokenizers, eos_ids
+from decode.targets import check_tokenizers, eos_ids, load_draft
+from distill.publish import servable, vllm_check
 
 # Decoder-only architectures vLLM serves (a subset of vllm/model_executor/models/registry.py): the families a
 # draft cut from or distilled for a common target will have. A draft is loaded by vLLM through this name.
@@ -82,6 +86,8 @@ class Check:
     name: str
     ok: bool
     detail: str
+    skipped: bool = False  # ok, but not run (vLLM not installed): said on the card and in the output
+    numbers: dict | None = None  # measured along the way (vLLM's α, τ, tokens/s), for the card
 
 
 # --- loads
@@ -281,9 +287,10 @@ def check_random_init(draft, target, vocab_map: list[int] | None = None) -> Chec
 # --- vLLM
 
 
-def check_vllm(config, target_config, reduced_vocab: bool) -> Check:
-    """What vLLM needs to load the folder as `speculative_config={"model": ...}`."""
-    problems, notes = [], []
+def check_vllm_config(config, target_config) -> Check:
+    """What vLLM needs to load the folder as `speculative_config={"model": ...}`, read off config.json; a failure
+    here saves the minutes of an engine load that would fail anyway."""
+    problems = []
     archs = getattr(config, "architectures", None) or []
     if not archs:
         problems.append("config.json has no `architectures`; vLLM picks the model class from it")
@@ -291,12 +298,7 @@ def check_vllm(config, target_config, reduced_vocab: bool) -> Check:
         problems.append(
             f"architecture {archs[0]} is not one vLLM serves (e.g. {', '.join(sorted(VLLM_ARCHITECTURES)[:4])}, ...)"
         )
-    if reduced_vocab:
-        notes.append(
-            f"reduced vocabulary ({config.vocab_size:,} of {target_config.vocab_size:,} ids, map in {VOCAB_MAP_FILE}): "
-            "vLLM cannot use it as a plain draft model"
-        )
-    elif config.vocab_size != target_config.vocab_size:
+    if config.vocab_size != target_config.vocab_size:
         problems.append(
             f"vocab_size {config.vocab_size} differs from the target's {target_config.vocab_size}"
         )
@@ -310,15 +312,53 @@ def check_vllm(config, target_config, reduced_vocab: bool) -> Check:
         )
     if problems:
         return Check("vllm", False, "; ".join(problems))
-    return Check("vllm", True, "; ".join([f"{archs[0]}, max_position_embeddings {mine}"] + notes))
+    return Check("vllm", True, f"{archs[0]}, max_position_embeddings {mine}")
+
+
+def check_vllm(folder: Path, draft, target, target_tok, target_path: str | None, gamma: int,
+               vllm_python: str | None, earlier: list[Check]) -> Check:
+    """The config pre-check, then the real vLLM run (vllm_check.prove) when every earlier check passed."""
+    static = check_vllm_config(draft.config, target.config)
+    if not static.ok:
+        return static
+    if not all(c.ok for c in earlier):
+        return Check("vllm", False, "not run: an earlier check failed")
+    if target_path is None or not Path(target_path).is_dir():
+        return Check("vllm", False, f"not run: vLLM needs the target as a local folder, got {target_path!r}")
+    status, detail, numbers = vllm_check.prove(folder, target_path, target, target_tok, gamma, vllm_python)
+    return Check("vllm", status != "fail", detail, skipped=status == "skip", numbers=numbers)
 
 
 # --- all of them
 
 
-def run_checks(folder: Path, draft_dir: Path, target, target_tok, gamma: int) -> list[Check]:
-    """Every check on the assembled folder; a check that cannot run because the model did not load fails too."""
-    vocab_map = read_vocab_map(folder)
+def check_servable(folder: Path, draft, target, target_tok, gamma: int) -> tuple[list[Check], object]:
+    """A reduced draft's two forms: the expanded one (loaded) proposes what reduced/ does on the target's greedy
+    continuations of the lossless prompts; reduced/ loads in the bundled decoder and is lossless there.
+    Returns the checks and the reduced model (None when it does not load)."""
+    try:
+        reduced = load_draft(str(folder / servable.REDUCED_DIR), target, target_tok, device=str(target.device))
+    except UserError as e:
+        return [Check("servable", False, f"{servable.REDUCED_DIR}/ does not load in the bundled decoder: {e}")], None
+    greedy = dict(do_sample=False, max_new_tokens=LOSSLESS_NEW_TOKENS, temperature=None, top_p=None, top_k=None)
+    seqs = []
+    with torch.inference_mode():
+        for text in LOSSLESS_PROMPTS:
+            x = torch.tensor([encode_prompt(target_tok, {"messages": [{"role": "user", "content": text}]})],
+                             device=target.device)
+            seqs.append(target.generate(x, attention_mask=torch.ones_like(x), **greedy)[0].tolist())
+    ok, detail = servable.same_proposals(draft, reduced.model, reduced.vocab_map, seqs)
+    lossless = check_lossless(target, target_tok, reduced.model, reduced.vocab_map.tolist(), gamma)
+    lossless.name = "lossless_reduced"
+    return [Check("servable", ok, detail), lossless], reduced.model
+
+
+def run_checks(folder: Path, draft_dir: Path, target, target_tok, gamma: int, target_path: str | None = None,
+               vllm_python: str | None = None) -> list[Check]:
+    """Every check on the assembled folder; a check that cannot run because the model did not load fails too.
+
+    target_path: the target's local folder for vLLM (None: the vLLM check fails as not run)."""
+    vocab_map = read_vocab_map(folder)  # None for every folder publish assembles; a hand-made one may have a map
     draft, loads = load_published(folder)
     checks = [loads, check_tokenizer(folder, draft_dir, target_tok, vocab_map)]
     if draft is None:
@@ -327,6 +367,12 @@ def run_checks(folder: Path, draft_dir: Path, target, target_tok, gamma: int) ->
         ]
     draft.to(target.device, target.dtype)  # the checks run the draft as decoding will: beside the target, in its dtype
     checks.append(check_lossless(target, target_tok, draft, vocab_map, gamma))
-    checks.append(check_random_init(draft, target, vocab_map))
-    checks.append(check_vllm(draft.config, target.config, vocab_map is not None))
+    trained, trained_map = draft, vocab_map
+    if (folder / servable.REDUCED_DIR).is_dir():
+        more, reduced = check_servable(folder, draft, target, target_tok, gamma)
+        checks += more
+        if reduced is not None:  # the trained form: the expanded one's repeated rows would confuse the heuristic
+            trained, trained_map = reduced, read_vocab_map(folder / servable.REDUCED_DIR)
+    checks.append(check_random_init(trained, target, trained_map))
+    checks.append(check_vllm(folder, draft, target, target_tok, target_path, gamma, vllm_python, list(checks)))
     return checks

@@ -5,9 +5,12 @@
 
 1. read the checkpoint: config.json, model.safetensors, specdistill.json (target, design, loss, data, commands);
 2. assemble the repo folder: weights cast to --dtype (bf16 by default), config.json, the target's tokenizer files,
-   generation_config.json set to the measured best γ with a constant schedule, draft_vocab.json for a
-   reduced-vocabulary draft, specdistill.json, and README.md, the model card (distill/publish/modelcard.py);
-3. run the compatibility checks on that folder (distill/publish/compat.py); any failure stops here;
+   generation_config.json set to the measured best γ with a constant schedule, specdistill.json, and README.md,
+   the model card (distill/publish/modelcard.py). A reduced-vocabulary draft goes to reduced/ (with its
+   draft_vocab.json: the bundled decoder's fast form) and the folder itself gets its expansion to the target's
+   vocabulary, which transformers and vLLM load (distill/publish/servable.py);
+3. run the compatibility checks on that folder (distill/publish/compat.py), vLLM serving the target with the
+   draft included (--vllm-python: the interpreter that has vLLM); any failure stops here;
 4. upload: create_repo, then every file in ONE commit, so a failed upload leaves the remote as it was;
 5. when the run was tracked (specdistill.json "wandb"), log the repo URL and the card's numbers to that W&B run
    and the folder as a model artifact.
@@ -37,7 +40,7 @@ from decode.draft_folder import META_FILE, VOCAB_MAP_FILE, assistant_config
 from decode.errors import UserError
 from decode.options import DecodeOptions
 from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, load_target, resolve
-from distill.publish import compat, modelcard
+from distill.publish import compat, modelcard, servable
 
 DEFAULT_GAMMA = DecodeOptions.gamma  # γ written to generation_config.json when no evaluation says better
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
@@ -69,6 +72,8 @@ class PublishConfig:
                                                           "target needs it) | cpu | cuda[:N]: where the checks run the "
                                                           "target and draft (bf16 on GPU, float32 on CPU)"})
     license: str | None = field(default=None, metadata={"help": "license for the card metadata, e.g. apache-2.0"})
+    vllm_python: str | None = field(default=None, metadata={"help": "python interpreter with vLLM installed, for the "
+                                                                  "vllm check (default: this one)"})
 
     def __post_init__(self):
         if not self.repo_id:
@@ -109,7 +114,8 @@ def write_weights(draft_dir: Path, out: Path, dtype: torch.dtype) -> int:
     return sum(t.numel() for t in tensors.values())
 
 
-def assemble(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int) -> int:
+def assemble(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int, target=None) -> int:
+    """Write the repo folder; a reduced-vocabulary draft (given the loaded target) as reduced/ + its expansion."""
     out.mkdir(parents=True, exist_ok=True)
     n_params = write_weights(draft_dir, out, DTYPES[dtype])
     config = json.loads((draft_dir / "config.json").read_text())
@@ -136,6 +142,8 @@ def assemble(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int
     for f in (VOCAB_MAP_FILE, META_FILE):
         if (draft_dir / f).is_file():
             shutil.copy2(draft_dir / f, out / f)
+    if (out / VOCAB_MAP_FILE).is_file() and target is not None:
+        servable.split_reduced(out, target.config, getattr(target, "generation_config", None))
     return n_params
 
 
@@ -297,7 +305,8 @@ def publish(cfg: PublishConfig) -> dict:
         checks = _assemble_and_check(cfg, draft_dir, folder, meta, spec, entries, gamma)
         numbers = modelcard.card_numbers(best) if best else {}
         result = {"repo_id": cfg.repo_id, "folder": str(folder) if out else None, "dry_run": bool(out),
-                  "checks": {c.name: c.ok for c in checks}, "gamma": gamma, "numbers": numbers}
+                  "checks": {c.name: "skipped" if c.skipped else c.ok for c in checks}, "gamma": gamma,
+                  "numbers": numbers, "vllm": next((c.numbers for c in checks if c.name == "vllm"), None)}
         if out:
             print(f"dry run: wrote {folder}; nothing uploaded")
             return result
@@ -329,16 +338,19 @@ def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta:
     # the target's working dtype ("auto": bf16 on a GPU, where a 70B target would not fit in float32; float32 on
     # the CPU); check_lossless allows for low precision's near-ties. A target too large for one GPU is spread.
     target, target_tok = load_target(spec, "auto", cfg.device)
-    n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma)
+    n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma, target)
     print(f"assembled {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
-    checks = compat.run_checks(folder, draft_dir, target, target_tok, gamma)
+    checks = compat.run_checks(folder, draft_dir, target, target_tok, gamma, resolve(spec), cfg.vllm_python)
     for c in checks:
-        print(f"check {c.name:<11} {'ok  ' if c.ok else 'FAIL'} {c.detail}")
+        print(f"check {c.name:<11} {'skip' if c.skipped else 'ok  ' if c.ok else 'FAIL'} {c.detail}")
+    vllm = next((c.numbers for c in checks if c.name == "vllm" and c.numbers), None)
+    for line in modelcard.slow_warnings(modelcard.headline(entries) if entries else None, vllm):
+        print(f"warning: {line}")
     card = modelcard.build_card(
         repo_id=cfg.repo_id, target_id=target_hub_id(meta, spec), target_spec=spec, meta=meta,
         config=json.loads((folder / "config.json").read_text()), target_config=target.config.to_dict(),
         n_params=n_params, weights_dtype=cfg.dtype, entries=entries, checks=checks, gamma=gamma,
-        reduced=(folder / VOCAB_MAP_FILE).is_file(), license=cfg.license,
+        reduced=(folder / servable.REDUCED_DIR).is_dir(), license=cfg.license, vllm=vllm,
     )
     card.save(folder / "README.md")
     failed = [c for c in checks if not c.ok]

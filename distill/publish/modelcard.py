@@ -15,6 +15,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from decode.draft_folder import VOCAB_MAP_FILE
 from decode.errors import UserError
+from distill.publish import vllm_check
+from distill.publish.servable import REDUCED_DIR
 
 TAGS = ["speculative-decoding", "draft-model", "specdistill"]
 METRICS = (  # (metric_type, pretty name, where in an entry / per_category row)
@@ -199,6 +201,18 @@ def _measured(entries: list[dict], best: dict, weights_dtype: str) -> str:
     return "\n".join(lines)
 
 
+def slow_warnings(best: dict | None, vllm: dict | None) -> list[str]:
+    """One line per measurement in which the draft made decoding slower than the target alone."""
+    lines = []
+    if best and best["speedup"] < 1:
+        lines.append(f"the draft is SLOWER than the target alone in the bundled decoder: {best['speedup']:.2f}× "
+                     f"at its best γ = {best.get('gamma')} on {best.get('device')}; it only costs time there")
+    if vllm and vllm.get("speedup") is not None and vllm["speedup"] < 1:
+        lines.append(f"the draft is SLOWER than the target alone in vLLM: {vllm['speedup']:.2f}× at γ = "
+                     f"{vllm.get('gamma')} ({vllm.get('dtype')}); serve the target without it there")
+    return lines
+
+
 NO_EVAL = """## Measured speed
 
 > **Warning: no speed numbers were measured for this draft.** It was published without an evaluation report, so
@@ -259,13 +273,19 @@ def _training(meta: dict) -> str:
 
 
 def _usage(repo_id: str, target_id: str, gamma: int, reduced: bool) -> str:
-    if reduced:
-        return f"""## Usage
+    plain = _plain_usage(repo_id, target_id, gamma)
+    if not reduced:
+        return plain
+    return plain + f"""
 
-This draft has a **reduced vocabulary**: its output layer covers a subset of the target's ids, listed in
-`{VOCAB_MAP_FILE}` (`draft_to_target[j]` is the target id of draft id j). Plain transformers
-(`assistant_model=`) and vLLM cannot use it as is, because they assume draft and target ids coincide. Use
-specdistill's bundled decoder, which maps ids in both directions and stays lossless:
+### Reduced vocabulary (`{REDUCED_DIR}/`)
+
+This draft was trained with a **reduced vocabulary**, a subset of the target's ids listed in
+`{REDUCED_DIR}/{VOCAB_MAP_FILE}` (`draft_to_target[j]` is the target id of draft id j). The repo's top level holds the
+same draft expanded to the target's full vocabulary, so that transformers and vLLM (which assume draft and target
+ids coincide) load it as is: every id outside the subset reads as draft id 0 on input, and its output row is the
+mean of the kept rows, so it can never be proposed. Both forms propose the same tokens (checked before upload).
+specdistill's bundled decoder runs the smaller, faster form in `{REDUCED_DIR}/`:
 
 ```python
 from huggingface_hub import snapshot_download
@@ -274,11 +294,14 @@ from decode.options import DecodeOptions
 from decode.speculative import generate
 
 target, tok = load_target("{target_id}", device="auto")  # the GPU(s) when there are, else the CPU
-draft = load_draft(snapshot_download("{repo_id}"), target, tok, device=str(target.device))
+draft = load_draft(snapshot_download("{repo_id}") + "/{REDUCED_DIR}", target, tok, device=str(target.device))
 ids = tok.apply_chat_template([{{"role": "user", "content": "Hello!"}}], add_generation_prompt=True)
 out, stats = generate(target, draft.model, ids, 128, DecodeOptions(gamma={gamma}), vocab_map=draft.vocab_map)
 print(tok.decode(out), stats.tau)
 ```"""
+
+
+def _plain_usage(repo_id: str, target_id: str, gamma: int) -> str:
     return f"""## Usage
 
 transformers (this repo's `generation_config.json` sets `num_assistant_tokens={gamma}` with a constant schedule;
@@ -301,9 +324,14 @@ vLLM:
 ```python
 from vllm import LLM, SamplingParams
 
-llm = LLM(model="{target_id}", speculative_config={{"model": "{repo_id}", "num_speculative_tokens": {gamma}}})
+llm = LLM(model="{target_id}", speculative_config={{"method": "draft_model", "model": "{repo_id}",
+                                               "num_speculative_tokens": {gamma}}})
 print(llm.generate(["Hello!"], SamplingParams(temperature=0, max_tokens=128))[0].outputs[0].text)
 ```"""
+
+
+def _result(check) -> str:
+    return "skipped" if getattr(check, "skipped", False) else "pass" if check.ok else "FAIL"
 
 
 def _checks(checks) -> str:
@@ -315,7 +343,7 @@ def _checks(checks) -> str:
     ]
     return "\n".join(
         lines
-        + [f"| {c.name} | {'pass' if c.ok else 'FAIL'} | {c.detail.replace('|', '/')} |" for c in checks]
+        + [f"| {c.name} | {_result(c)} | {c.detail.replace('|', '/')} |" for c in checks]
     )
 
 
@@ -334,6 +362,7 @@ def build_card(
     gamma: int,
     reduced: bool,
     license: str | None = None,
+    vllm: dict | None = None,
 ) -> ModelCard:
     name = repo_id.split("/")[-1]
     best = headline(entries) if entries else None
@@ -354,7 +383,9 @@ def build_card(
             f"A draft model for speculative decoding with {link}, built and measured with "
             f"specdistill. Weights are {weights_dtype} safetensors; the "
             "tokenizer files are the target's own.",
+            *[f"> **Warning: {w}.**" for w in slow_warnings(best, vllm)],
             _measured(entries, best, weights_dtype) if best else NO_EVAL,
+            vllm_check.card_section(vllm, best),
             _usage(repo_id, shown, gamma, reduced),
             _design(meta, config, target_config, n_params),
             _training(meta),

@@ -1,0 +1,167 @@
+"""A reduced-vocabulary draft in a form transformers' `assistant_model=` and vLLM's draft model load as is.
+
+A reduced draft speaks N of the target's V ids (draft_vocab.json maps draft id j -> target id d2t[j]); both
+transformers and vLLM assume draft id = target id. Publish therefore ships two forms of the same function:
+
+    REPO/           the *expanded* draft: a full-vocabulary (V) plain HF model, the target's special-token ids
+    REPO/reduced/   the reduced draft as trained (N ids + draft_vocab.json): the bundled decoder's fast form
+
+Expansion, per target id t (t2d[t]: its draft id, -1 outside the draft vocabulary):
+
+    embedding   row t = reduced row t2d[t], or reduced row 0 outside: an OOV context token is read as draft id 0,
+                exactly as the bundled decoder feeds it (VocabMap.inputs), so hidden states are unchanged;
+    head        row t = reduced row t2d[t]; outside, the *mean* of the N reduced rows (and the mean bias): an OOV
+                logit is then mean_j z_j <= max_j z_j, strictly below the max unless all N logits are equal, so
+                no OOV token can win the argmax and greedy proposals are d2t[the reduced draft's argmax];
+    tying       embedding and head now differ outside the vocabulary, so the expanded draft is untied.
+
+`check_servable` proves the two forms propose the same tokens on real prompts before anything is uploaded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+from decode import draft_folder
+from decode.draft_folder import VOCAB_MAP_FILE, VocabMap
+from decode.errors import UserError
+
+REDUCED_DIR = "reduced"  # the subfolder of a published repo that holds the reduced (bundled-decoder) form
+SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+# --- the two vocabulary-sized matrices
+
+
+def expand_embedding(emb: torch.Tensor, vm: VocabMap) -> torch.Tensor:
+    """(N, H) draft embedding -> (V, H): target id t reads draft row t2d[t], an OOV id reads row 0 (VocabMap.inputs)."""
+    return emb[vm.inputs(torch.arange(vm.target_vocab))]
+
+
+def expand_head(head: torch.Tensor, vm: VocabMap, bias: torch.Tensor | None = None):
+    """(N, H) draft head (+ (N,) bias) -> (V, H) (+ (V,)): kept rows in place, every OOV row the mean of the N rows.
+
+    Logits are linear in the row, so an OOV logit is the mean of the N kept logits (bias included): never above
+    their max. The mean is taken in float32 and cast back, so a bf16 head gets the rounded mean, not a sum's drift.
+    """
+    d2t = vm.d2t.to(head.device)
+    mean = head.float().mean(0).to(head.dtype)  # (H,)
+    w = mean.expand(vm.target_vocab, -1).clone().index_copy_(0, d2t, head)  # (V, H)
+    if bias is None:
+        return w, None
+    b = bias.float().mean().to(bias.dtype).expand(vm.target_vocab).clone().index_copy_(0, d2t, bias)  # (V,)
+    return w, b
+
+
+# --- the folder
+
+
+def vocab_keys(config) -> tuple[str, str, str | None]:
+    """State-dict names of (input embedding, head weight, head bias or None), read off a weightless model."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    # by module, not parameter: a tied head's weight *is* the embedding's, so a parameter has two names
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    where = {id(m): n for n, m in model.named_modules()}
+    bias = f"{where[id(head)]}.bias" if getattr(head, "bias", None) is not None else None
+    return f"{where[id(emb)]}.weight", f"{where[id(head)]}.weight", bias
+
+
+def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    tensors = {}
+    for f in draft_folder.weight_files(folder):
+        with safe_open(f, framework="pt") as sf:
+            tensors.update({k: sf.get_tensor(k) for k in sf.keys()})
+    return tensors
+
+
+def _target_ids(target_config, target_gc, name: str):
+    """A special-token id as the target has it: its generation config first (what generate reads), then config."""
+    value = getattr(target_gc, name, None) if target_gc is not None else None
+    return value if value is not None else getattr(target_config, name, None)
+
+
+def expand_folder(reduced: Path, out: Path, target_config, target_gc=None) -> int:
+    """Write the expanded draft of the assembled reduced folder into out (weights, config, generation config).
+
+    Weights keep the reduced folder's dtype. Returns the expanded draft's parameter count.
+    """
+    d2t = draft_folder.read_vocab_map(reduced)
+    config = AutoConfig.from_pretrained(reduced)
+    V = target_config.vocab_size
+    vm = VocabMap(d2t, V)
+    emb_key, head_key, bias_key = vocab_keys(config)
+    tensors = _read_tensors(reduced)
+    if emb_key not in tensors:
+        raise UserError(f"{reduced}: no {emb_key} in the weights; re-save the draft with its embedding")
+    head = tensors.get(head_key, tensors[emb_key])  # a tied draft stores only the embedding
+    tensors[emb_key] = expand_embedding(tensors[emb_key], vm)
+    tensors[head_key], bias = expand_head(head, vm, tensors.get(bias_key) if bias_key else None)
+    if bias is not None:
+        tensors[bias_key] = bias
+    save_file({k: t.contiguous() for k, t in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"})
+
+    raw = json.loads((reduced / "config.json").read_text())
+    raw.update(vocab_size=V, tie_word_embeddings=False, **{n: _target_ids(target_config, None, n) for n in SPECIAL_IDS})
+    (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
+    gc = GenerationConfig.from_pretrained(reduced)
+    for n in SPECIAL_IDS:
+        setattr(gc, n, _target_ids(target_config, target_gc, n))
+    gc.save_pretrained(out)
+    return sum(t.numel() for t in tensors.values())
+
+
+def split_reduced(out: Path, target_config, target_gc=None) -> int:
+    """Move an assembled reduced draft in out/ into out/reduced/ and write its expanded form in out/.
+
+    The tokenizer files and specdistill.json are in both (the bundled decoder loads reduced/ on its own).
+    Returns the expanded draft's parameter count.
+    """
+    reduced = out / REDUCED_DIR
+    reduced.mkdir()
+    for f in [p for p in out.iterdir() if p.is_file()]:
+        shutil.move(str(f), str(reduced / f.name))
+    for f in reduced.iterdir():
+        if f.name not in ("model.safetensors", "config.json", "generation_config.json", VOCAB_MAP_FILE):
+            shutil.copy2(f, out / f.name)
+    return expand_folder(reduced, out, target_config, target_gc)
+
+
+# --- the check
+
+
+@torch.inference_mode()
+def same_proposals(expanded, reduced, d2t: torch.Tensor, sequences: list[list[int]]) -> tuple[bool, str]:
+    """(ok, detail): at every position of every sequence (target ids), the expanded draft's argmax is d2t[the
+    reduced draft's argmax] and its best out-of-vocabulary logit is strictly below its best kept one.
+
+    The reduced draft reads the sequence as the bundled decoder feeds it (VocabMap.inputs: OOV -> draft id 0).
+    """
+    vm = VocabMap(d2t, expanded.config.vocab_size)
+    oov = vm.t2d < 0  # (V,)
+    positions, margin = 0, float("inf")
+    for seq in sequences:
+        x = torch.tensor([seq], device=expanded.device)
+        z = expanded(input_ids=x).logits[0].float()  # (T, V)
+        zr = reduced(input_ids=vm.inputs(x)).logits[0].float()  # (T, N)
+        want, got = vm.targets(zr.argmax(-1)), z.argmax(-1)  # (T,) target ids
+        if not torch.equal(want, got):
+            i = int((want != got).nonzero()[0])
+            return False, (f"the expanded draft proposes {int(got[i])} where the reduced one proposes {int(want[i])} "
+                           f"(position {i}); the expansion changed the draft's function")
+        if oov.any():
+            m = z[:, ~oov.to(z.device)].max(-1).values - z[:, oov.to(z.device)].max(-1).values  # (T,)
+            margin = min(margin, m.min().item())
+        positions += len(seq)
+    if margin <= 0:
+        return False, f"an out-of-vocabulary token reaches the top logit (margin {margin:.3g}); it could be proposed"
+    kept = int((~oov).sum())
+    return True, (f"expanded ({vm.target_vocab:,} ids) and reduced ({kept:,} ids, in {REDUCED_DIR}/) drafts propose "
+                  f"the same token at all {positions} positions; best OOV logit ≥ {margin:.2f} below the best kept one")

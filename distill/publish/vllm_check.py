@@ -1,0 +1,220 @@
+"""The `vllm` check: serve the target in vLLM with the published draft as its speculative draft, for real.
+
+A static look at config.json says nothing about whether vLLM will load the draft, keep the output lossless, or
+accept what the bundled decoder accepts. So, on VLLM_PROMPTS fixed prompts (greedy, VLLM_NEW_TOKENS each), in a
+subprocess under the interpreter that has vLLM (distill/publish/vllm_run.py):
+
+    lossless    vLLM with the draft emits exactly vLLM's target alone (low precision: a divergence only at a
+                near-tie of the target's logits, as compat.check_lossless allows);
+    α agrees    vLLM's counters, accepted / drafted tokens, against the bundled decoder's α on the same prompts
+                within `alpha_tolerance` (see there);
+    speed       tokens/s with the draft ÷ target alone, same prompts, same process, after a warm-up: stated on
+                the card next to the bundled decoder's numbers, with a warning when it is below 1.
+
+The check is skipped, saying so, only when vLLM is not installed in that interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from decode.options import DecodeOptions
+from decode.prompts import encode_prompt, read_prompts
+from decode.speculative import generate
+from decode.targets import eos_ids, load_draft
+
+RUNNER = Path(__file__).with_name("vllm_run.py")
+PROMPTS_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout.jsonl"
+VLLM_PROMPTS = 8  # the first prompts of the held-out set: enough drafted tokens for α to mean something
+VLLM_NEW_TOKENS = 64
+NUMERICS_ALLOWANCE = 0.02  # α points for draft argmax flips between vLLM's kernels and torch's (see alpha_tolerance)
+TIMEOUT_S = 1800  # two engine loads (~1 min each on 2 CPU cores) plus the generations
+
+
+def vllm_installed(python: str) -> bool:
+    """Whether `python` can import vllm (importlib.util.find_spec: nothing is imported, so this is quick)."""
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+    try:
+        return subprocess.run([python, "-c", probe], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def check_prompts(tokenizer, n: int = VLLM_PROMPTS) -> list[list[int]]:
+    """Token ids of the check prompts, chat template applied: both decoders get exactly these ids."""
+    return [encode_prompt(tokenizer, row) for row in read_prompts(PROMPTS_FILE)[:n]]
+
+
+def run_vllm(python: str, request: dict, timeout: int = TIMEOUT_S) -> dict:
+    """vllm_run.py in a subprocess; its RESULT, or RuntimeError with the tail of its output."""
+    with tempfile.TemporaryDirectory(prefix="specdistill-vllm-") as tmp:
+        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        req.write_text(json.dumps(request))
+        # on a CPU, vLLM reserves 4 GiB of KV cache by default; these checks need a few MiB
+        env = {"VLLM_CPU_KVCACHE_SPACE": "1", **os.environ}
+        try:
+            proc = subprocess.run([python, str(RUNNER), str(req), str(res)], capture_output=True, text=True,
+                                  timeout=timeout, env=env, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"vLLM did not finish within {timeout} s") from None
+        if proc.returncode != 0 or not res.is_file():
+            tail = [x for x in (proc.stderr or proc.stdout).strip().splitlines() if x.strip()][-3:]
+            raise RuntimeError(f"vLLM exited with status {proc.returncode}: {' | '.join(tail)}")
+        return json.loads(res.read_text())
+
+
+@torch.inference_mode()
+def our_run(target, tokenizer, draft, vocab_map, prompts: list[list[int]], max_tokens: int, gamma: int) -> dict:
+    """The bundled decoder on the same prompts: outputs and summed counters (proposed, accepted, rounds)."""
+    eos, total = eos_ids(target, tokenizer), {"outputs": [], "proposed": 0, "accepted": 0, "rounds": 0}
+    for ids in prompts:
+        out, stats = generate(target, draft, ids, max_tokens, DecodeOptions(gamma=gamma), eos_token_ids=eos,
+                              vocab_map=vocab_map)
+        total["outputs"].append(out)
+        for k in ("proposed", "accepted", "rounds"):
+            total[k] += getattr(stats, k)
+    return total
+
+
+def alpha_tolerance(n_prompts: int, gamma: int, drafted: int, alpha: float) -> float:
+    """How far vLLM's α may sit from ours on the same prompts, the same greedy outputs and the same draft.
+
+    Both then run the same rounds and accept the same tokens, except:
+    (1) at the end of each prompt: the bundled decoder shortens a proposal to the room left before max_tokens
+        (γ-1, γ-2, ... 0), vLLM drafts γ every round and counts what it accepts past the end. That is at most
+        B = γ(γ+1)/2 drafted, and as many accepted, tokens per prompt; with A, D our accepted / drafted counts,
+        |A'/D' - A/D| = |(A' - A) - α(D' - D)| / D' <= (1 + α)·n·B / min(D, D');
+    (2) a draft argmax that flips between vLLM's kernels and torch's at a near-tie: rare in float32;
+        NUMERICS_ALLOWANCE covers about one flip per 50 drafted tokens.
+    A draft vLLM runs wrongly (vocabulary, embeddings, positions, a missing bias) proposes other tokens and moves
+    α by far more (to ~0 for a broken one). Measured: γ=3, 4 prompts × 64 tokens, SmolLM2-135M's 8k-vocabulary
+    draft: 0.142 in vLLM vs 0.144 here, 534 vs 515 drafted, 178 rounds in both.
+    """
+    return (1 + alpha) * n_prompts * gamma * (gamma + 1) / 2 / max(drafted, 1) + NUMERICS_ALLOWANCE
+
+
+def first_divergence(ref: list[list[int]], out: list[list[int]]) -> tuple[int, int] | None:
+    """(prompt index, new-token index) of the first difference, or None when equal."""
+    for p, (a, b) in enumerate(zip(ref, out)):
+        if a != b:
+            return p, next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return None
+
+
+def compare(result: dict, ours: dict, gamma: int, near_tie=None) -> tuple[bool, str, dict]:
+    """(ok, detail, numbers) from vLLM's RESULT and our_run's totals on the same prompts.
+
+    near_tie(p, ref, out, i) -> bool, when given, excuses a divergence at a low-precision near-tie.
+    """
+    alone, spec = result["target_alone"], result["speculative"]
+    n = len(alone["outputs"])
+    problems = []
+    div = first_divergence(alone["outputs"], spec["outputs"])
+    if div is not None and not (near_tie and near_tie(div[0], alone["outputs"][div[0]], spec["outputs"][div[0]], div[1])):
+        p, i = div
+        problems.append(f"vLLM with the draft differs from vLLM's target alone at new token {i} of prompt {p}: "
+                        f"{spec['outputs'][p][i:i + 5]} vs {alone['outputs'][p][i:i + 5]}")
+    if not spec["draft_tokens"]:
+        problems.append("vLLM drafted no tokens: the draft was not used")
+    alpha = spec["accepted"] / spec["draft_tokens"] if spec["draft_tokens"] else 0.0
+    alpha_ours = ours["accepted"] / ours["proposed"] if ours["proposed"] else 0.0
+    tol = alpha_tolerance(n, gamma, min(ours["proposed"], spec["draft_tokens"]), alpha_ours)
+    if spec["draft_tokens"] and abs(alpha - alpha_ours) > tol:
+        problems.append(f"vLLM's acceptance rate {alpha:.3f} is not the bundled decoder's {alpha_ours:.3f} on the "
+                        f"same prompts (tolerance ±{tol:.3f}): vLLM does not run the draft that was measured")
+    tps = spec["tokens"] / spec["seconds"] if spec["seconds"] else 0.0
+    base = alone["tokens"] / alone["seconds"] if alone["seconds"] else 0.0
+    numbers = {
+        "vllm": result.get("vllm"), "gamma": gamma, "prompts": n, "max_tokens": result.get("max_tokens"),
+        "dtype": result.get("dtype"), "acceptance_rate": round(alpha, 4),
+        "tau": round(1 + spec["accepted"] / spec["drafts"], 3) if spec["drafts"] else None,
+        "tokens_per_s": round(tps, 2), "baseline_tokens_per_s": round(base, 2),
+        "speedup": round(tps / base, 3) if base else None, "ours_acceptance_rate": round(alpha_ours, 4),
+        "ours_tau": round((ours["accepted"] + ours["rounds"]) / ours["rounds"], 3) if ours["rounds"] else None,
+        "alpha_tolerance": round(tol, 4), "lossless": div is None, "rounds": spec["drafts"],
+        "ours_rounds": ours["rounds"], "drafted": spec["draft_tokens"], "ours_drafted": ours["proposed"],
+    }
+    detail = (f"vLLM {numbers['vllm']}, γ={gamma}, {n} prompts × {result.get('max_tokens')} tokens: greedy output "
+              f"equals its target alone; α {alpha:.3f} vs bundled decoder {alpha_ours:.3f} (±{tol:.3f}); "
+              f"{tps:.1f} vs {base:.1f} tokens/s = {numbers['speedup']}×")
+    return (not problems), ("; ".join(problems) if problems else detail), numbers
+
+
+def vllm_dtype(target) -> str:
+    """vLLM's dtype for the check: the target's working dtype (float32 on a CPU, bf16 on a GPU)."""
+    return str(target.dtype).removeprefix("torch.")
+
+
+def prove(folder: Path, target_path: str, target, tokenizer, gamma: int, python: str | None = None):
+    """Run the vLLM check on a published folder: (status, detail, numbers or None), status "ok" | "fail" | "skip"."""
+    python = python or sys.executable
+    if not vllm_installed(python):
+        return "skip", (f"skipped: vLLM is not installed for {python}; install vllm there (or pass --vllm-python) "
+                        "to prove the draft in vLLM before publishing"), None
+    prompts = check_prompts(tokenizer)
+    max_len = max(map(len, prompts)) + VLLM_NEW_TOKENS + 2 * gamma + 16
+    request = {"target": target_path, "draft": str(folder), "gamma": gamma, "prompts": prompts,
+               "max_tokens": VLLM_NEW_TOKENS, "dtype": vllm_dtype(target), "max_model_len": max_len}
+    print(f"vllm: serving the target alone, then with the draft (γ={gamma}), on {len(prompts)} prompts "
+          f"under {python}; two engine loads, minutes on a CPU")
+    try:
+        result = {**run_vllm(python, request), "max_tokens": VLLM_NEW_TOKENS, "dtype": request["dtype"]}
+    except RuntimeError as e:
+        return "fail", f"vLLM could not serve the target with this draft: {e}", None
+    draft = load_draft(str(folder), target, tokenizer, device=str(target.device))
+    ours = our_run(target, tokenizer, draft.model, draft.vocab_map, prompts, VLLM_NEW_TOKENS, gamma)
+
+    def near_tie(p, ref, out, i):
+        from distill.publish.compat import near_tie as tie
+
+        return tie(target, prompts[p], ref, out, i)
+
+    ok, detail, numbers = compare(result, ours, gamma, near_tie)
+    return ("ok" if ok else "fail"), detail, numbers
+
+
+# --- the card
+
+
+def fmt(x, spec=".3f") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def card_section(vllm: dict | None, best: dict | None) -> str:
+    """vLLM's own numbers next to the bundled decoder's, on the same prompts."""
+    if not vllm:
+        return ("## Measured in vLLM\n\nNot measured: vLLM was not installed where this draft was published, so "
+                "it was not served in vLLM before upload.")
+    spec = (best or {}).get("speculative", {})
+    rows = [
+        f"| vLLM {vllm.get('vllm')} | {vllm['acceptance_rate']:.3f} | {fmt(vllm.get('tau'), '.2f')} | "
+        f"{vllm['tokens_per_s']:.1f} vs {vllm['baseline_tokens_per_s']:.1f} | {fmt(vllm.get('speedup'), '.2f')}× |",
+        f"| bundled decoder, same prompts | {vllm['ours_acceptance_rate']:.3f} | {fmt(vllm.get('ours_tau'), '.2f')} "
+        "| – | – |",
+    ]
+    if best:
+        rows.append(f"| bundled decoder, evaluation above (γ = {best.get('gamma')}) | "
+                    f"{fmt(spec.get('acceptance_rate'))} | {fmt(spec.get('tau'), '.2f')} | "
+                    f"{fmt(spec.get('tokens_per_s'), '.1f')} vs {fmt(best.get('baseline', {}).get('tokens_per_s'), '.1f')} "
+                    f"| {best['speedup']:.2f}× |")
+    return "\n".join([
+        "## Measured in vLLM",
+        "",
+        f"Before upload, vLLM {vllm.get('vllm')} served the target with this draft (`method: draft_model`, "
+        f"γ = {vllm['gamma']}, {vllm.get('dtype')}) on {vllm['prompts']} held-out prompts, greedy, up to "
+        f"{vllm.get('max_tokens')} new tokens each, one at a time: its output equals vLLM's target alone. Speedup is "
+        "tokens/s with the draft ÷ the target alone, same prompts, same process, after a warm-up. α is vLLM's "
+        "accepted ÷ drafted tokens; the bundled decoder's α on the same prompts agreed within "
+        f"±{vllm['alpha_tolerance']:.3f}.",
+        "",
+        "| | acceptance rate α | τ | tokens/s (draft vs target alone) | speedup |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+    ])

@@ -1,0 +1,147 @@
+"""The vllm check (distill/publish/vllm_check.py): the comparison on recorded vLLM numbers, the skip when vLLM is
+not installed, the card and the slow-draft warnings; and (slow) a real publish dry run served by vLLM.
+
+The real run needs an interpreter with vLLM: SPECDISTILL_VLLM_PYTHON, else /tmp/vllmenv/bin/python; it is skipped,
+with that reason, where neither imports vllm. Each vLLM engine load takes about a minute on 2 CPU cores and the
+check loads two, so there is one such test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distill.publish import modelcard, vllm_check
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = os.environ.get("SPECDISTILL_VLLM_PYTHON", "/tmp/vllmenv/bin/python")
+
+# Recorded: SmolLM2-135M-Instruct with its 8,192-id pipeline draft (expanded), γ = 3, 4 held-out prompts × 64
+# tokens, float32 on 2 CPU cores, vLLM 0.32.0 (outputs shortened to 2 tokens a prompt: only equality matters)
+OUTPUTS = [[504, 3458], [1848, 30], [504, 1380], [17495, 28]]
+RECORDED = {
+    "vllm": "0.32.0", "max_tokens": 64, "dtype": "float32",
+    "target_alone": {"outputs": OUTPUTS, "tokens": 256, "seconds": 16.27, "drafts": 0, "draft_tokens": 0,
+                     "accepted": 0},
+    "speculative": {"outputs": OUTPUTS, "tokens": 256, "seconds": 19.77, "drafts": 178, "draft_tokens": 534,
+                    "accepted": 76},
+}
+OURS = {"outputs": OUTPUTS, "proposed": 515, "accepted": 74, "rounds": 178}  # the bundled decoder, same prompts
+
+
+def test_recorded_run_passes_with_its_numbers():
+    ok, detail, n = vllm_check.compare(RECORDED, OURS, 3)
+    assert ok, detail
+    assert (n["acceptance_rate"], n["ours_acceptance_rate"]) == (round(76 / 534, 4), round(74 / 515, 4))
+    assert n["tau"] == round(1 + 76 / 178, 3) and n["ours_tau"] == round((74 + 178) / 178, 3)
+    assert n["speedup"] == round((256 / 19.77) / (256 / 16.27), 3) and n["lossless"]
+    assert "equals its target alone" in detail and "α 0.142 vs bundled decoder 0.144" in detail
+
+
+def test_tolerance_covers_the_end_of_prompt_rounds_and_little_more():
+    # 4 prompts × B = γ(γ+1)/2 = 6 tokens each, over min(515, 534) drafted, scaled by (1 + α), + numerics
+    tol = vllm_check.alpha_tolerance(4, 3, 515, 74 / 515)
+    assert tol == pytest.approx((1 + 74 / 515) * 24 / 515 + vllm_check.NUMERICS_ALLOWANCE)
+    assert 0.05 < tol < 0.08  # the recorded gap is 0.002; a draft vLLM runs wrongly drops α to ~0 (gap 0.14)
+
+
+def _edited(**spec):
+    r = copy.deepcopy(RECORDED)
+    r["speculative"].update(spec)
+    return r
+
+
+@pytest.mark.parametrize("spec, says", [
+    ({"accepted": 5}, "vLLM's acceptance rate 0.009 is not the bundled decoder's 0.144"),
+    ({"accepted": 130}, "vLLM's acceptance rate 0.243"),  # too good is as wrong as too bad: another draft
+    ({"outputs": [[504, 3458], [1848, 31], [504, 1380], [17495, 28]]},
+     "differs from vLLM's target alone at new token 1 of prompt 1: [31] vs [30]"),
+    ({"drafts": 0, "draft_tokens": 0, "accepted": 0}, "vLLM drafted no tokens"),
+])
+def test_a_wrong_vllm_run_fails(spec, says):
+    ok, detail, _ = vllm_check.compare(_edited(**spec), OURS, 3)
+    assert not ok and says in detail, detail
+
+
+def test_a_divergence_at_a_near_tie_is_excused_only_when_the_caller_says_so():
+    r = _edited(outputs=[[504, 3458], [1848, 31], [504, 1380], [17495, 28]])
+    seen = []
+
+    def near_tie(p, ref, out, i):
+        seen.append((p, ref[i], out[i], i))
+        return True
+
+    ok, detail, n = vllm_check.compare(r, OURS, 3, near_tie)
+    assert ok and seen == [(1, 30, 31, 1)] and not n["lossless"]
+
+
+def test_skipped_only_when_vllm_is_missing(tmp_path, capsys):
+    if vllm_check.vllm_installed(sys.executable):
+        pytest.skip("this interpreter has vLLM: the skip path cannot be seen here")
+    status, detail, numbers = vllm_check.prove(tmp_path, str(tmp_path), None, None, 3, sys.executable)
+    assert (status, numbers) == ("skip", None)
+    assert detail.startswith("skipped: vLLM is not installed for") and "--vllm-python" in detail
+
+
+def test_card_states_vllm_numbers_next_to_ours_and_warns_when_slower():
+    _, _, n = vllm_check.compare(RECORDED, OURS, 3)
+    best = {"gamma": 2, "speedup": 1.10, "device": "cpu (2 cores)",
+            "speculative": {"acceptance_rate": 0.217, "tau": 1.3, "tokens_per_s": 21.0},
+            "baseline": {"tokens_per_s": 19.1}}
+    text = vllm_check.card_section(n, best)
+    assert "| vLLM 0.32.0 | 0.142 | 1.43 | 12.9 vs 15.7 | 0.82× |" in text
+    assert "| bundled decoder, same prompts | 0.144 | 1.42 |" in text and "| 1.10× |" in text
+    assert "Not measured" in vllm_check.card_section(None, best)
+    warnings = modelcard.slow_warnings(best, n)
+    assert len(warnings) == 1 and "SLOWER than the target alone in vLLM: 0.82×" in warnings[0]
+    assert "bundled decoder: 0.90×" in modelcard.slow_warnings({**best, "speedup": 0.9}, None)[0]
+    assert modelcard.slow_warnings(best, {**n, "speedup": 1.2}) == []
+
+
+# --- for real
+
+
+def _has_vllm() -> bool:
+    return Path(VLLM_PYTHON).is_file() and vllm_check.vllm_installed(VLLM_PYTHON)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_vllm(), reason=f"vLLM is not importable by {VLLM_PYTHON} (set SPECDISTILL_VLLM_PYTHON)")
+def test_publish_dry_run_serves_a_reduced_draft_in_vllm(tmp_path):
+    """The default target with a reduced-vocabulary draft of its layers 0 and 29: publish writes the expanded draft
+    + reduced/, and vLLM serves it: lossless, α within tolerance of ours, numbers on the card."""
+    import torch
+    from test_publish import draft_meta, save_draft, write_report
+
+    from decode.draft_folder import VOCAB_MAP_FILE
+    from decode.layer_cut import draft_from_layers
+    from decode.targets import load_target
+    from distill.train.designs import reduce_vocab
+
+    target, tok = load_target("default", "float32")
+    draft = draft_from_layers(target, [0, 29])
+    d2t = sorted(set(range(8192)) | {tok.eos_token_id, tok.pad_token_id})
+    reduce_vocab(draft, d2t)
+    meta = {**draft_meta("default"), "target_name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "design": {"layers": [0, 29], "init": "target_layers", "vocab": len(d2t)}}
+    d = save_draft(draft.to(torch.float32), tok, tmp_path / "draft", meta)
+    (d / VOCAB_MAP_FILE).write_text(json.dumps({"draft_to_target": d2t}))
+    write_report(tmp_path / "eval", d)
+    proc = subprocess.run(
+        [sys.executable, "-m", "distill.publish", str(d), "--repo-id", "org/smollm2-reduced", "--eval",
+         str(tmp_path / "eval"), "--dry-run", str(tmp_path / "out"), "--vllm-python", VLLM_PYTHON],
+        cwd=REPO, capture_output=True, text=True, timeout=1500,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "check servable    ok" in proc.stdout and "check vllm        ok   vLLM 0.32" in proc.stdout
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    v = result["vllm"]
+    assert v["lossless"] and abs(v["acceptance_rate"] - v["ours_acceptance_rate"]) <= v["alpha_tolerance"]
+    card = (tmp_path / "out/README.md").read_text()
+    assert "## Measured in vLLM" in card and f"| vLLM {v['vllm']} | {v['acceptance_rate']:.3f} |" in card
