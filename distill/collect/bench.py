@@ -1,10 +1,14 @@
-"""Benchmark collection throughput against calling `target.generate` one prompt at a time.
+"""Benchmark collection throughput against calling `target.generate` one prompt at a time, or vLLM against HF.
 
     python -m distill.collect.bench --target default --prompts heldout --n 64 --max-new-tokens 64 --topk 32
+    python -m distill.collect.bench --engine vllm --n 64 --max-new-tokens 64 --topk 32   # collect: vLLM vs HF
 
 Same prompts, same process, after a warm-up: (a) HF `generate` per prompt (greedy, no logprobs stored),
 (b) the full `distill.collect` run (batched, top-k logprobs computed and written to shards). Prints both
 tokens/s, the ratio, and storage per token; the JSON result is the last stdout line.
+With --engine vllm: (a) `distill.collect --engine hf` after a warm-up collection of 2 prompts, (b) `--engine vllm`
+(vLLM warms itself up when its engine starts); tokens/s over the generation time the shards record (engine and
+model loading excluded, their wall times reported), and whether the stored top-k agree (compare()).
 """
 
 from __future__ import annotations
@@ -33,11 +37,17 @@ class CollectBenchConfig:
     max_new_tokens: int = field(default=64, metadata={"help": "tokens generated per prompt"})
     topk: int = field(default=32, metadata={"help": "target logprobs stored per position by the collection"})
     batch_size: int = field(default=CollectConfig.batch_size, metadata={"help": "the collection's prompts per batch"})
+    engine: str = field(default="hf", metadata={"help": "hf: collect vs HF generate one at a time | vllm: collect "
+                                                        "--engine vllm vs --engine hf"})
 
 
 def main(argv=None) -> None:
     try:
         a = cli.parse(CollectBenchConfig, argv, __doc__)
+        if a.engine == "vllm":
+            return engines(a)
+        if a.engine != "hf":
+            raise UserError(f"--engine must be hf or vllm, got {a.engine!r}")
         target, tok = load_target(a.target)
         rows = load_prompts(a.prompts, limit=a.n)
         encoded = [encode_prompt(tok, r) for r in rows]
@@ -71,6 +81,77 @@ def main(argv=None) -> None:
     print(f"target.generate one at a time: {result['hf_generate_one_at_a_time']['tokens_per_s']} tokens/s; "
           f"collect (batched, top-{a.topk} stored): {result['collect']['tokens_per_s']} tokens/s; "
           f"ratio {result['ratio']}x; {info['bytes_per_token']} bytes/token")
+    print(json.dumps(result))
+
+
+def near_tie_only(ids_a: list[int], lp_a: list[float], ids_b: list[int], lp_b: list[float], tol: float = 2e-2) -> bool:
+    """One position's top-k from two engines differ only where candidates are (nearly) tied: every slot whose id
+    differs holds a logprob within `tol` of a neighbour's in either list (two ids swapped), or is the last slot
+    (rank k and k+1 swapped). tol: two fp16 steps at |logprob| in [8, 16)."""
+    k = len(ids_a)
+    for j in range(k):
+        if ids_a[j] == ids_b[j]:
+            continue
+        tied = j == k - 1 or any(abs(lp[j] - lp[n]) <= tol for lp in (lp_a, lp_b) for n in (j - 1, j + 1) if 0 <= n < k)
+        if not tied:
+            return False
+    return True
+
+
+def compare(a: dict[str, dict], b: dict[str, dict]) -> dict:
+    """Rows of two collections by id: responses equal, and the stored top-k over the positions both share up to
+    the first differing response token (past it the two condition on different text)."""
+    same_resp = positions = same_ids = ties = 0
+    max_diff = 0.0
+    for i, ra in a.items():
+        rb = b[i]
+        x, y = ra["response_ids"], rb["response_ids"]
+        same_resp += x == y
+        n = next((j for j, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+        positions += n
+        for j in range(n):
+            same = ra["topk_ids"][j] == rb["topk_ids"][j]
+            same_ids += same
+            ties += not same and near_tie_only(ra["topk_ids"][j], ra["topk_logprobs"][j], rb["topk_ids"][j],
+                                               rb["topk_logprobs"][j])
+        if n:
+            d = torch.tensor(ra["topk_logprobs"][:n]) - torch.tensor(rb["topk_logprobs"][:n])
+            max_diff = max(max_diff, d.abs().max().item())
+    return {"responses_identical": same_resp, "prompts": len(a), "positions_compared": positions,
+            "positions_total": sum(len(r["response_ids"]) for r in a.values()), "topk_ids_identical": same_ids,
+            "topk_ids_differing_only_at_near_ties": ties, "max_abs_logprob_diff": round(max_diff, 5)}
+
+
+def engines(a: CollectBenchConfig) -> None:
+    """collect --engine hf against --engine vllm, same prompts, one process (see the module docstring)."""
+    from distill.collect import vllm_engine
+    from distill.collect.shards import load_collected
+
+    vllm_engine.require("--engine vllm")
+    kw = dict(target=a.target, prompts=a.prompts, limit=a.n, max_new_tokens=a.max_new_tokens, topk=a.topk,
+              batch_size=a.batch_size)
+    res, rows = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        run(CollectConfig(output=f"{tmp}/warm", **{**kw, "limit": 2}))
+        for engine in ("hf", "vllm"):
+            t0 = time.perf_counter()
+            info = run(CollectConfig(output=f"{tmp}/{engine}", engine=engine, **kw))
+            res[engine] = {"tokens": info["tokens"], "tokens_per_s": info["tokens_per_s"],
+                           "wall_s_with_loading": round(time.perf_counter() - t0, 2)}
+            rows[engine] = {r["id"]: r for r in load_collected(f"{tmp}/{engine}").to_list()}
+    import vllm
+
+    result = {"target": a.target, "prompts": a.n, "max_new_tokens": a.max_new_tokens, "k": a.topk,
+              "batch_size": a.batch_size, "torch_threads": torch.get_num_threads(), "vllm": vllm.__version__,
+              "hf": res["hf"], "vllm_engine": res["vllm"],
+              "ratio": round(res["vllm"]["tokens_per_s"] / res["hf"]["tokens_per_s"], 2),
+              "topk": compare(rows["hf"], rows["vllm"])}
+    t = result["topk"]
+    print(f"collect --engine hf: {res['hf']['tokens_per_s']} tokens/s; --engine vllm: {res['vllm']['tokens_per_s']} "
+          f"tokens/s; ratio {result['ratio']}x; responses identical {t['responses_identical']}/{t['prompts']}; top-k ids "
+          f"identical at {t['topk_ids_identical']}/{t['positions_compared']} shared positions (of the others "
+          f"{t['topk_ids_differing_only_at_near_ties']} differ only at near-ties), max |Δ logprob| "
+          f"{t['max_abs_logprob_diff']}")
     print(json.dumps(result))
 
 
