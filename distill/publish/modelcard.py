@@ -284,7 +284,9 @@ This draft was trained with a **reduced vocabulary**, a subset of the target's i
 `{REDUCED_DIR}/{VOCAB_MAP_FILE}` (`draft_to_target[j]` is the target id of draft id j). The repo's top level holds the
 same draft expanded to the target's full vocabulary, so that transformers and vLLM (which assume draft and target
 ids coincide) load it as is: every id outside the subset reads as draft id 0 on input, and its output row is the
-mean of the kept rows, so it can never be proposed. Both forms propose the same tokens (checked before upload).
+mean of the kept rows, so greedy decoding never proposes it. Both forms propose the same greedy tokens (checked
+before upload); when sampling, the expanded form gives ids outside the subset a little probability (a few percent),
+so its sampled acceptance is slightly lower.
 specdistill's bundled decoder runs the smaller, faster form in `{REDUCED_DIR}/`:
 
 ```python
