@@ -128,13 +128,14 @@ def vllm_lines(v: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|"]
     for e in ([v["ngram"]] if v.get("ngram") else []) + v.get("drafts", []):
         name = "n-gram lookup" if e["method"] == "ngram" else e["label"]
-        if "tokens_per_s" not in e:
-            lines.append(f"| {name} | {e.get('not_servable') or e.get('error')} |  |  |  |  |  |  |  |")
-            continue
         o = e.get("ours") or {}
+        mine = f"{_f(o.get('acceptance_rate'))} | {_f(o.get('tau'), 2)} | {_f(o.get('speedup'), 2)}{'×' if o else ''}"
+        if "tokens_per_s" not in e:  # not servable or failed: the reason, and our numbers still beside it
+            lines.append(f"| {name} | {e.get('not_servable') or e.get('error')} |  |  |  |  | {mine} |")
+            continue
         lines.append(f"| {name} | {_f(e['tokens_per_s'], 1)} | **{_f(e['speedup_vs_vllm_target_alone'], 2)}×** | "
                      f"{_f(e.get('acceptance_rate'))} | {_f(e.get('tau'), 2)} | {e.get('outputs_matching_target')}/{v['prompts']} | "
-                     f"{_f(o.get('acceptance_rate'))} | {_f(o.get('tau'), 2)} | {_f(o.get('speedup'), 2)}{'×' if o else ''} |")
+                     f"{mine} |")
     if v.get("error"):
         lines += ["", f"vLLM anchor error: {v['error']}"]
     return lines
