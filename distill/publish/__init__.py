@@ -3,6 +3,8 @@
     job.py        publish(), main(): `python -m distill.publish DRAFT_DIR --repo-id ORG/NAME`
     compat.py     the checks run on the assembled folder before anything is uploaded
     modelcard.py  the model card: measured numbers, design, training, usage
+    servable.py   a reduced-vocabulary draft expanded to the target's vocabulary (transformers, vLLM load it)
+    vllm_check.py the vllm check: vLLM serves the target with the draft (vllm_run.py, in vLLM's python)
 """
 
 from distill.publish.job import main, publish

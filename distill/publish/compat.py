@@ -323,8 +323,8 @@ def check_vllm(folder: Path, draft, target, target_tok, target_path: str | None,
         return static
     if not all(c.ok for c in earlier):
         return Check("vllm", False, "not run: an earlier check failed")
-    if target_path is None or not Path(target_path).is_dir():
-        return Check("vllm", False, f"not run: vLLM needs the target as a local folder, got {target_path!r}")
+    if target_path is None:  # a local folder or a Hub id: vLLM loads either
+        return Check("vllm", False, "not run: no target path or Hub id to give vLLM")
     status, detail, numbers = vllm_check.prove(folder, target_path, target, target_tok, gamma, vllm_python)
     return Check("vllm", status != "fail", detail, skipped=status == "skip", numbers=numbers)
 

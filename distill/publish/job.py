@@ -314,7 +314,8 @@ def publish(cfg: PublishConfig) -> dict:
         message = f"Publish draft for {target_hub_id(meta, spec) or spec} (specdistill)"
         url, commit = upload(folder, cfg.repo_id, token, cfg.private, cfg.revision, message)
         print(f"published {url} (commit {commit})")
-        log_to_wandb(meta, folder, cfg.repo_id, url, cfg.revision, numbers)
+        vllm = {f"vllm/{k}": v for k, v in (result["vllm"] or {}).items()}
+        log_to_wandb(meta, folder, cfg.repo_id, url, cfg.revision, {**numbers, **vllm})
         return {**result, "url": url, "commit": commit, "revision": cfg.revision or "main"}
     finally:
         if work is not None:
