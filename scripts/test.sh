@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 python -m ruff check .
 python -m pytest -q -m "not vllm" "$@"
-SPECDISTILL_VLLM_PYTHON=.venv-vllm/bin/python VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -q -m vllm "$@"
+VLLM_PY="$PWD/.venv-vllm/bin/python"  # absolute: tests hand it to subprocesses that run elsewhere
+SPECDISTILL_VLLM_PYTHON="$VLLM_PY" VLLM_CPU_KVCACHE_SPACE=1 "$VLLM_PY" -m pytest -q -m vllm "$@"
