@@ -6,21 +6,11 @@ and a model spread over devices taking the HF runner.
 import pytest
 import torch
 import torch.nn.functional as F
+from test_decode_runners import ATOL, _ids, full_logits  # the same helpers as the runners' own tests
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from decode import runners
 from decode.runners import FastLlama, HFRunner, default_attention, default_layout, runner_for
-
-ATOL = 1e-5
-
-
-def full_logits(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return model(input_ids=torch.tensor([ids])).logits[0]
-
-
-def _ids(n: int, seed: int = 0, vocab: int = 97) -> list[int]:
-    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def _tensors(obj) -> list[torch.Tensor]:
