@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+import tempfile
 import types
 import typing
 from pathlib import Path
@@ -156,9 +158,29 @@ def run_job(cls, job, argv=None, doc: str | None = None):
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         cfg = parse(cls, argv, doc)
+        if isinstance(getattr(cfg, "output", None), str) and cfg.output:
+            check_output(cfg.output)
         return cfg, job(cfg, argv)
     except UserError as e:
         sys.exit(f"error: {e}")
+
+
+def check_output(path: str | Path, flag: str = "--output") -> None:
+    """Fail in the first second, not after hours of work, when `path` cannot become a writable folder: it is a
+    file, or the nearest folder that exists refuses a file (read-only, no permission; probed, as root passes
+    os.access everywhere)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{flag} {p} is a file, not a folder; pass a folder path (it is created if missing)")
+    base = next(q for q in (p, *p.parents) if q.exists())
+    if not base.is_dir():
+        raise UserError(f"{flag} {p}: {base} is a file, so no folder can be made under it; pass another path")
+    try:
+        fd, probe = tempfile.mkstemp(dir=base, prefix=".specdistill-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UserError(f"{flag} {p}: cannot write in {base} ({e.strerror}); pass a folder you can write to") from None
 
 
 def load_yaml(path: str | Path, fields: set[str]) -> dict:
