@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 import types
@@ -133,7 +134,7 @@ def parse(cls, argv=None, doc: str | None = None):
     preset = presets[args["preset"]] if args.get("preset") else {}
     values: dict = {k: v for k, v in preset.items() if k not in sections}
     if args.get("config"):
-        values.update(load_yaml(args["config"], fields))
+        values.update(check_values(cls, load_yaml(args["config"], fields), args["config"]))
     for name in sections:  # preset over YAML, key by key
         if name in preset:
             values[name] = {**(values.get(name) or {}), **preset[name]}
@@ -142,13 +143,90 @@ def parse(cls, argv=None, doc: str | None = None):
         if name in sections and isinstance(value, dict):  # a section flag changes only the keys it names
             value = {**(values.get(name) or {}), **value}
         values[name] = value
-    values = {k: _shape(hints[k], v, k) for k, v in values.items()}
+    # the YAML's values are checked above (naming the file); what is left to name is a flag
+    values = check_values(cls, {k: _shape(hints[k], v, k) for k, v in values.items()}, "")
     if "preset" in fields and args.get("preset"):
         values["preset"] = args["preset"]
     try:
         return cls(**values)
     except TypeError as e:
         raise UserError(f"bad config: {e}") from None
+
+
+_PLAIN_NAMES = {str: "a string", int: "an int", float: "a float", bool: "true or false", list: "a list",
+                dict: "a mapping"}
+# PyYAML reads YAML 1.1, where `lr: 1e-3` (no dot) is the string '1e-3': a float field takes such text.
+_FLOAT_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _accepts(kind, value):
+    """(True, value converted) when `value` fits the plain or list/dict `kind`, else (False, None).
+    bool is not an int here (True as a batch size is a mistake); an int fits a float field and becomes a float."""
+    kind = typing.get_origin(kind) or kind
+    if kind is bool or kind is str or kind in (list, dict):
+        return isinstance(value, kind), value
+    if isinstance(value, bool):
+        return False, None
+    if kind is int:
+        return isinstance(value, int), value
+    if kind is float:
+        if isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()):
+            return True, float(value)
+        return isinstance(value, int | float), float(value) if isinstance(value, int | float) else None
+    return True, value  # a type this check does not know (a nested dataclass, Any): the job's own checks apply
+
+
+def _check_one(tp, value, default):
+    """(ok, converted value) for one field. `int | list` means an int or a list of ints (γ to sweep, layers)."""
+    options = [a for a in typing.get_args(tp) if a is not type(None)] if _base_union(tp) else [tp]
+    if value is None:
+        return _base_union(tp) and type(None) in typing.get_args(tp) or default is None, None
+    if _base(tp) is list and not isinstance(value, list):
+        value = [value]  # one value for a list field is a one-item list, as on the command line
+    for kind in options:
+        ok, converted = _accepts(kind, value)
+        if ok and (typing.get_origin(kind) or kind) is list and not typing.get_args(kind):
+            items = [o for o in options if o not in (list, dict)]  # `int | list`: a list of that int
+            fits = [_accepts(items[0], v) for v in value] if len(items) == 1 else []
+            if fits and not all(f for f, _ in fits):
+                continue
+            converted = [c for _, c in fits] if fits else value
+        if ok:
+            return True, converted
+    return False, None
+
+
+def _base_union(tp) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _kind_name(tp) -> str:
+    """'an int', 'an int or a list of ints', 'a string (or null)': what a field takes, in words."""
+    options = [a for a in typing.get_args(tp) if a is not type(None)] if _base_union(tp) else [tp]
+    names = [_PLAIN_NAMES.get(typing.get_origin(o) or o, getattr(o, "__name__", str(o))) for o in options]
+    plain = [o for o in options if o not in (list, dict)]
+    if list in options and len(plain) == 1:
+        names = [n if n != "a list" else f"a list of {_PLAIN_NAMES[plain[0]].split(' ', 1)[1]}s" for n in names]
+    return " or ".join(names)
+
+
+def check_values(cls, values: dict, where: str) -> dict:
+    """Each value checked against its `cls` field's annotation -> the values, ints in float fields made floats.
+    A mismatch is a UserError naming `where` (a YAML file, 'pipeline train section'; '' for the merged
+    command line + YAML, where the field is named as its flag) and the field. Keys `cls` lacks pass through
+    (the caller reports unknown keys with its own list of valid ones)."""
+    hints = typing.get_type_hints(cls)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    out = dict(values)
+    for name, value in values.items():
+        if name not in hints:
+            continue
+        ok, out[name] = _check_one(hints[name], value, defaults.get(name))
+        if not ok:
+            field_name = f"{where}: {name}" if where else f"--{name.replace('_', '-')}"
+            raise UserError(f"{field_name} must be {_kind_name(hints[name])}, got {value!r} "
+                            f"({type(value).__name__})")
+    return out
 
 
 def run_job(cls, job, argv=None, doc: str | None = None):

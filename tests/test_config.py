@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,6 +210,70 @@ def test_unknown_preset_and_preset_without_presets_are_refused(capsys):
     assert "invalid choice" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse(["--preset", "quick"], NoPresets)
+
+
+# --- value types (cli.check_values) ---------------------------------------------------------------------------
+
+
+@dataclass
+class Typed:
+    steps: int = 1
+    lr: float = 1e-3
+    name: str = "x"
+    flag: bool = False
+    gamma: int | list = 4
+    data: str | list = "d"
+    vocab: int | str = "full"
+    layers: list = field(default_factory=list)
+    loss: dict = field(default_factory=dict)
+    limit: int | None = None
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"steps": "4"}, "where: steps must be an int, got '4' (str)"),
+    ({"steps": 2.5}, "where: steps must be an int, got 2.5 (float)"),
+    ({"steps": True}, "where: steps must be an int, got True (bool)"),
+    ({"steps": None}, "where: steps must be an int, got None (NoneType)"),
+    ({"lr": "fast"}, "where: lr must be a float, got 'fast' (str)"),
+    ({"lr": False}, "where: lr must be a float"),
+    ({"name": 3}, "where: name must be a string, got 3 (int)"),
+    ({"flag": "yes please"}, "where: flag must be true or false"),
+    ({"gamma": "four"}, "where: gamma must be an int or a list of ints, got 'four' (str)"),
+    ({"gamma": [2, "four"]}, "where: gamma must be an int or a list of ints"),
+    ({"data": [1]}, "where: data must be a string or a list of strings"),
+    ({"vocab": 2.5}, "where: vocab must be an int or a string"),
+    ({"loss": [1]}, "where: loss must be a mapping"),
+    ({"limit": "all"}, "where: limit must be an int, got 'all' (str)"),
+])
+def test_check_values_names_the_field_and_what_it_takes(values, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        cli.check_values(Typed, values, "where")
+
+
+def test_check_values_converts_ints_in_float_fields_and_keeps_the_rest():
+    given = {"steps": 3, "lr": 1, "gamma": [2, 4], "data": ["a", "b"], "vocab": 100, "layers": [0, "x"],
+             "loss": {"fkl": 1}, "limit": None, "unknown": "left for the caller"}
+    got = cli.check_values(Typed, given, "where")
+    assert got == given and isinstance(got["lr"], float)
+    assert cli.check_values(Typed, {"lr": "3e-3"}, "w") == {"lr": 0.003}  # YAML 1.1 reads 3e-3 as text
+    assert cli.check_values(Typed, {"layers": 3}, "w") == {"layers": [3]}  # as `--layers 3` gives
+
+
+def test_a_yaml_value_of_the_wrong_type_names_the_file_and_field(tmp_path):
+    for text, message in (('max_new_tokens: "12"\n', "max_new_tokens must be an int, got '12' (str)"),
+                          ("batch_size: 2.5\n", "batch_size must be an int, got 2.5 (float)")):
+        y = yaml_file(tmp_path, text)
+        with pytest.raises(UserError, match=re.escape(f"{y}: {message}")):
+            parse(["--config", y])
+    assert parse(["--config", yaml_file(tmp_path, "temperature: 1\n")]).temperature == 1.0
+
+
+def test_a_yaml_valued_flag_of_the_wrong_type_names_the_flag():
+    from distill.evaluate.job import EvalConfig
+
+    with pytest.raises(UserError, match=re.escape("--gamma must be an int or a list of ints, got 'four' (str)")):
+        parse(["--gamma", "four"], EvalConfig)
+    assert parse(["--gamma", "2", "4", "--drafts", "d"], EvalConfig).gamma == [2, 4]
 
 
 # --- saving -------------------------------------------------------------------------------------------------------
