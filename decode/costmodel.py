@@ -70,3 +70,26 @@ def alpha_for_speedup(target_speedup: float, gamma: int, c: float, v: float, tol
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if speedup(mid, gamma, c, v) < target_speedup else (lo, mid)
     return hi
+
+
+def v_at(v: dict[int, float], gamma: int) -> float:
+    """v(γ) for any γ ≥ 1 from the measured ones (decode.latency.measure: γ = 1..6 and 8, plus those run):
+    measured values as they are, straight lines between neighbours, and beyond the measured range the slope of
+    the last (or first) two points. v grows close to linearly in γ+1 once a forward is compute bound, and a
+    line through neighbours keeps each kernel's steps (decode.smallgemm) where they were measured. Never below 1:
+    verifying γ+1 tokens costs at least one target step."""
+    if not v:
+        raise ValueError("v_at: no measured v(γ)")
+    if gamma in v:
+        return v[gamma]
+    gs = sorted(v)
+    if len(gs) == 1:
+        return v[gs[0]]
+    lo = max((g for g in gs if g < gamma), default=None)
+    hi = min((g for g in gs if g > gamma), default=None)
+    if lo is None:  # below the measured range
+        lo, hi = gs[0], gs[1]
+    elif hi is None:  # above it
+        lo, hi = gs[-2], gs[-1]
+    slope = (v[hi] - v[lo]) / (hi - lo)
+    return max(1.0, v[lo] + slope * (gamma - lo))

@@ -108,3 +108,15 @@ def test_draft_rounds_that_verify_siblings_cost_their_own_v():
     mixed = costmodel.speedup_with_lookup(0.4, 1, 0.08, v, 0.5, 0.9, 4, v_draft=v[3])
     tokens = 0.5 * costmodel.tau(0.9, 4) + 0.5 * costmodel.tau(0.4, 1)
     assert mixed == pytest.approx(tokens / (0.5 * v[4] + 0.5 * (0.08 + v[3])))
+
+
+def test_v_at_interpolates_between_measured_gammas_and_extends_the_last_slope():
+    """decode.bench measures v at γ = 1..6 and 8: the speedup-by-γ plot needs γ = 7 too (distill.evaluate.plots)."""
+    v = {1: 1.1, 2: 1.16, 6: 1.6, 8: 1.76}
+    assert costmodel.v_at(v, 2) == 1.16
+    assert costmodel.v_at(v, 7) == pytest.approx(1.68)
+    assert costmodel.v_at(v, 4) == pytest.approx(1.16 + 2 * (1.6 - 1.16) / 4)
+    assert costmodel.v_at(v, 10) == pytest.approx(1.92)
+    assert costmodel.v_at({2: 1.05, 3: 1.3}, 1) == 1.0  # extended below the range, never under one target step
+    with pytest.raises(ValueError):
+        costmodel.v_at({}, 2)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from decode import cli
 from decode.errors import UserError
+from distill.evaluate import timing
 
 # the plots distill.evaluate writes, in report order: by training step, by γ, the design map
 PLOT_FILES = ("acceptance_by_step.png", "speedup_by_gamma.png", "design_map.png")
@@ -49,12 +50,14 @@ def headline(result: dict) -> str:
     b = result.get("best")
     if not b:
         return f"no draft evaluated; see {result.get('output')}/report.md"
+    skipped = len(result.get("errors") or [])
+    skipped = f"; skipped {skipped} (listed in report.md)" if skipped else ""
     lookup = f", context lookup {b['lookup']}" if b.get("lookup") else ""
     lookup += f", top-{b['candidates']} candidates" if b.get("candidates", 1) > 1 else ""
-    return (f"best draft {b['draft']} (γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
+    return (f"{timing.headline_note(result)}best draft {b['draft']} (γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
             f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}{_in_run_note(b)}), "
             f"α={b['acceptance_rate']}, τ={b['tau']}, "
-            f"lossless={b['lossless']}; report: {result.get('output')}/report.md")
+            f"lossless={b['lossless']}{skipped}; report: {result.get('output')}/report.md")
 
 
 def _in_run_note(b: dict) -> str:
@@ -71,6 +74,8 @@ def markdown(result: dict, pngs: list[str]) -> str:
     entries = result["entries"]
     lines = [f"# specdistill evaluation: target `{result['target']}`", "",
              f"{result['prompts']} prompts from `{result['prompt_set']}`; command: `{result['command']}`", ""]
+    warn = timing.warning_line(result)
+    lines += [warn, ""] if warn else []
     if entries:
         e0 = entries[0]
         lines += [f"Device: {e0['device']}, dtype {e0['dtype']}, max_new_tokens {e0['max_new_tokens']}, "
@@ -111,7 +116,7 @@ def markdown(result: dict, pngs: list[str]) -> str:
     if vl:
         lines += vllm_lines(vl)
     if result.get("errors"):
-        lines += ["", "## Not evaluated", ""] + [f"- `{x['draft']}`: {x['error']}" for x in result["errors"]]
+        lines += ["", "## Not evaluated", ""] + [f"- skipped `{x['draft']}`: {x['error']}" for x in result["errors"]]
     if pngs:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in pngs]
     return "\n".join(lines) + "\n"
@@ -146,7 +151,7 @@ def write(result: dict, out: Path) -> list[Path]:
     from distill.evaluate import plots
 
     makers = (plots.by_step, plots.by_gamma, plots.design_map)  # in PLOT_FILES order
-    pngs = [p for p in (make(result["entries"], out / name) for make, name in zip(makers, PLOT_FILES)) if p]
+    pngs = [p for p in (make(result, out / name) for make, name in zip(makers, PLOT_FILES)) if p]
     (out / "report.md").write_text(markdown(result, [p.name for p in pngs]))
     return pngs
 
