@@ -24,6 +24,9 @@ class Tracker:
             import wandb
 
             offline_without_key()
+            # W&B's own banner and sync hints (~20 lines) would bury the job's output; WANDB_SILENT=false brings
+            # them back. Where the offline run is (for `wandb sync`) is in specdistill.json's "wandb" record
+            os.environ.setdefault("WANDB_SILENT", "true")
             self.run = wandb.init(project=project, name=name, config=config, dir=str(run_dir),
                                   id=resume_id, resume="allow" if resume_id else None)
         elif report_to != "none":
@@ -43,10 +46,29 @@ class Tracker:
         if self.run is not None:
             self.run.log(metrics, step=step)
 
+    def truncate(self, step: int) -> None:
+        """Keep metrics.jsonl's rows up to `step` (the resumed checkpoint's; -1 on a fresh start): a run killed
+        after its last checkpoint logged steps past it, which the resumed run logs again. Atomic (rename)."""
+        if not self.enabled or not self.path.is_file():
+            return
+        keep = [line for line in self.path.read_text().splitlines(keepends=True)
+                if line.strip() and _step(line) <= step]
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(keep))
+        os.replace(tmp, self.path)
+
     def finish(self) -> None:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def _step(line: str) -> float:
+    """A metrics.jsonl row's step; a torn last line (a kill mid-write) counts as past every step, so it goes."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return float("inf")
 
 
 def offline_without_key() -> None:

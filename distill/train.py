@@ -1,6 +1,6 @@
 """The training script: what `accelerate launch` starts, once per process.
 
-    accelerate launch --config_file configs/accelerate/zero2.yaml distill/train.py \
+    accelerate launch -q --config_file configs/accelerate/zero2.yaml distill/train.py \
         --config configs/train/default.yaml [--key value ...]
     python distill/train.py --data runs/collect-default --output runs/train-default     # one CPU process
 

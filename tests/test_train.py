@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -115,13 +116,39 @@ def _train_until(argv: list[str], stop: int) -> None:
             _train(argv)
 
 
+def _train_dying_in_step(argv: list[str], step: int) -> None:
+    """Run argv in-process and stop it with an exception at the start of step `step` (1-based): the steps before
+    it are logged, the ones since the last checkpoint will be logged again by the resumed run."""
+    from distill.train import loop
+
+    real = loop.train_step
+
+    def die_at(run, feed, s):
+        if s + 1 == step:
+            raise KeyboardInterrupt(f"killed in step {step}")
+        return real(run, feed, s)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loop, "train_step", die_at)
+        with pytest.raises(KeyboardInterrupt):
+            _train(argv)
+
+
 @pytest.fixture(scope="module")
 def interrupted(tiny_collected, tmp_path_factory) -> Path:
-    """The run of run_a's command, stopped right after checkpoint-000004 was written."""
+    """The run of run_a's command, killed in step 6: checkpoint-000004 is the newest, step 5 already logged."""
     out = tmp_path_factory.mktemp("interrupted") / "run"
-    _train_until(_argv(tiny_collected, out), 4)
+    _train_dying_in_step(_argv(tiny_collected, out), 6)
     assert [p.name for p in checkpoints.complete(out)] == ["checkpoint-000004", "checkpoint-000002"]
+    assert [s for s, _ in _losses(out)] == [1, 2, 3, 4, 5]
     return out
+
+
+def _assert_each_step_once(run: Path) -> None:
+    """metrics.jsonl holds each step's train row once (a resume drops the rows past its checkpoint first)."""
+    assert [s for s, _ in _losses(run)] == [1, 2, 3, 4, 5, 6]
+    evals = [m["step"] for m in _metrics(run) if "eval/acceptance_proxy" in m]
+    assert evals == sorted(set(evals)), evals
 
 
 # --- a run: metrics, checkpoints, exports -----------------------------------------------------------------------
@@ -182,7 +209,7 @@ def test_run_logs_metrics_and_writes_checkpoints(run_a, tiny_collected):
     )
     assert (
         meta["commands"][0].startswith("python -m distill.collect")
-        and "distill/train.py" in meta["commands"][-1]
+        and meta["commands"][-1].startswith("python distill/train.py --target")  # in-process: one plain process
     )
     assert meta["metrics"] == state["metrics"]
     # the export holds the trained weights (the accelerate state's copy, without the wrapper's prefix)
@@ -223,6 +250,7 @@ def test_resume_continues_exactly(run_a, interrupted, tiny_collected, tmp_path, 
     _train(_argv(tiny_collected, run))
     assert f"resumed from {run / 'checkpoint-000004'} at step 4" in capsys.readouterr().out
     _assert_same_curve(run, run_a, [1, 2, 3, 4, 5, 6])
+    _assert_each_step_once(run)
     _assert_same_weights(
         run / "checkpoint-000006" / "model.safetensors", run_a / "checkpoint-000006" / "model.safetensors"
     )
@@ -246,6 +274,7 @@ def test_resume_skips_a_corrupt_checkpoint_and_a_torn_save(
     assert f"checkpoint {run / 'checkpoint-000004'} skipped: {bad} is unreadable" in captured.err
     assert f"resumed from {run / 'checkpoint-000002'} at step 2" in captured.out
     _assert_same_curve(run, run_a, [1, 2, 3, 4, 5, 6])
+    _assert_each_step_once(run)
     _assert_same_weights(
         run / "checkpoint-000006" / "model.safetensors", run_a / "checkpoint-000006" / "model.safetensors"
     )
@@ -274,7 +303,117 @@ def test_resume_with_no_loadable_checkpoint_is_an_error(interrupted, tiny_collec
         _train(_argv(tiny_collected, run))
 
 
+class _Marker:
+    """Pickles as a call to open(path, "w"): unpickling it with weights_only=False creates the file."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_crafted_checkpoint_file_is_refused_without_running_it(interrupted, tiny_collected, tmp_path):
+    run = shutil.copytree(interrupted, tmp_path / "run")
+    marker, bad = tmp_path / "pwned", run / "checkpoint-000004" / "optimizer.bin"
+    torch.save({"state": _Marker(marker)}, bad)
+    with pytest.raises(SystemExit, match=f"{bad} holds an object a checkpoint never holds .*GLOBAL.*"
+                                         f"Delete {run / 'checkpoint-000004'} "):
+        main(_argv(tiny_collected, run))
+    assert not marker.exists()
+
+
+def test_a_corrupt_rng_file_is_named_not_swallowed(run_a, interrupted, tiny_collected, tmp_path, capsys):
+    """accelerate's load_state logs "Could not load random states" at info level and resumes without them."""
+    run = shutil.copytree(interrupted, tmp_path / "run")
+    rng = run / "checkpoint-000004" / "random_states_0.pkl"
+    torch.save({"step": 4}, rng)  # loads, but holds no RNG state
+    _train(_argv(tiny_collected, run))
+    err = capsys.readouterr().err
+    assert f"checkpoint {run / 'checkpoint-000004'} skipped: {rng} is unreadable (not the RNG states" in err
+    _assert_same_curve(run, run_a, [1, 2, 3, 4, 5, 6])
+    _assert_each_step_once(run)
+    for ckpt in checkpoints.complete(run):  # none loads: the error names the newest one's file
+        os.truncate(ckpt / "random_states_0.pkl", 10)
+    with pytest.raises(UserError, match=f"no checkpoint in {run} loads \\({run / 'checkpoint-000006'}/random_states"):
+        _train(_argv(tiny_collected, run))
+
+
+def test_metrics_rows_past_the_checkpoint_are_dropped_atomically(tmp_path):
+    from distill.tracking import Tracker
+
+    t = Tracker(tmp_path, {}, "none")
+    for step in (0, 1, 2, 3):
+        t.log({"train/loss": step}, step=step)
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 4, "train/lo')  # a kill mid-write
+    t.truncate(2)
+    assert [m["step"] for m in _metrics(tmp_path)] == [0, 1, 2]
+    t.truncate(-1)  # a fresh start: the run logs from step 0 again
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
+
+
 # --- bad input --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("lr", -1e-3, "--lr must be a number > 0, got -0.001"),
+    ("lr", float("nan"), "--lr must be a number > 0"),
+    ("grad_clip", 0.0, "--grad-clip must be a number > 0"),
+    ("max_steps", 0, "--max-steps must be >= 1, got 0"),
+    ("batch_size", -4, "--batch-size must be >= 1"),
+    ("grad_accum", 0, "--grad-accum must be >= 1"),
+    ("save_every", 0, "--save-every must be >= 1"),
+    ("eval_every", -1, "--eval-every must be >= 1"),
+    ("warmup_steps", -1, "--warmup-steps must be >= 0"),
+    ("keep_last", -2, "--keep-last must be >= 0"),
+    ("weight_decay", -0.1, "--weight-decay must be >= 0"),
+    ("hidden_size", 0, "--hidden-size must be >= 1"),
+    ("max_seq_len", 1, "--max-seq-len must be >= 2"),
+    ("jsd_beta", 1.0, "--jsd-beta must be between 0 and 1"),
+    ("loss", {"fkl": 1.0, "ce": -0.5}, "give weights >= 0"),
+])
+def test_numbers_out_of_range_name_their_flag(flag, value, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        TrainConfig(**{flag: value})
+
+
+def test_the_recorded_command_is_the_launcher_that_ran(monkeypatch):
+    from distill.train.job import launch_command
+
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    assert launch_command(["--loss", "{ce: 1.0}"]) == "python distill/train.py --loss '{ce: 1.0}'"
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")  # what `accelerate launch` sets in its processes
+    assert launch_command(["--max-steps", "5"]) == "accelerate launch distill/train.py --max-steps 5"
+
+
+def _damaged(tiny_collected, tmp_path, how: str) -> Path:
+    data = shutil.copytree(tiny_collected.data, tmp_path / "data")
+    shard = sorted((data / "shards").iterdir())[0]
+    if how == "deleted":
+        shutil.rmtree(shard)
+    else:
+        arrow = next(shard.glob("*.arrow"))
+        os.truncate(arrow, arrow.stat().st_size // 2)
+    return data
+
+
+@pytest.mark.parametrize("how, message", [
+    ("deleted", "holds 16 rows but its collect.json counts 24; a shard is missing: rerun `python -m distill.collect "),
+    ("truncated", "is unreadable ("),
+])
+def test_a_damaged_collection_is_refused_before_training(tiny_collected, tmp_path, how, message, monkeypatch):
+    from distill.train import job
+
+    data = _damaged(tiny_collected, tmp_path, how)
+    monkeypatch.setattr(job, "build_model", lambda *a: pytest.fail("the draft was built from damaged data"))
+    argv = _argv(tiny_collected, tmp_path / "run")
+    argv[argv.index("--data") + 1] = str(data)
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        main(argv)
+
+
 
 
 def test_nan_loss_stops_naming_the_step_and_the_last_good_checkpoint(tiny_collected, tmp_path, monkeypatch):
@@ -450,6 +589,7 @@ def test_sigkilled_run_resumes_exactly(run_a, tiny_collected, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resumed from" in done.stdout
     _assert_same_curve(run, run_a, [1, 2, 3, 4, 5, 6])
+    _assert_each_step_once(run)
     _assert_same_weights(
         run / "checkpoint-000006" / "model.safetensors", run_a / "checkpoint-000006" / "model.safetensors"
     )

@@ -83,8 +83,44 @@ def clean_temp(out: Path, prefix: str) -> None:
 def done_ids(out: Path) -> set[str]:
     ids: set[str] = set()
     for s in shard_dirs(out):
-        ids.update(datasets.load_from_disk(str(s))["id"])
+        ids.update(load_shard(out, s)["id"])
     return ids
+
+
+def load_shard(out: Path, shard: Path) -> datasets.Dataset:
+    """One shard, every record batch read (a truncated .arrow file fails here, not mid-training); a shard that
+    does not load names itself and how to recollect just its prompts."""
+    try:
+        ds = datasets.load_from_disk(str(shard))
+        ds.data.table.validate()  # the memory-mapped batches are all there
+        return ds
+    except Exception as e:  # pyarrow, datasets and OS errors alike: the shard is damaged
+        reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        raise UserError(f"shard {shard} is unreadable ({type(e).__name__}: {reason}); delete that folder and rerun "
+                        f"{recollect_command(out)} to collect just its prompts again") from None
+
+
+def recollect_command(out: Path) -> str:
+    """The command that resumes this collection (collecting only the prompts no shard holds): the recorded one,
+    else collect with the collection's saved config."""
+    info = next((json.loads((out / n).read_text()) for n in ("collect.json",) if (out / n).is_file()), {})
+    command = info.get("command") or ""
+    if len(command.split()) > 3:  # more than `python -m distill.collect`: the run's own arguments are there
+        return f"`{command}`"
+    return f"`python -m distill.collect --config {out / 'collect.config.json'} --output {out}`"
+
+
+def check_collection(path: str | Path) -> None:
+    """A finished collection holds the rows its collect.json counts, in shards that all load: a deleted shard
+    would otherwise train on fewer rows in silence, a truncated one fail with a pyarrow traceback."""
+    out = Path(path)
+    info = collect_info(out)
+    rows = sum(len(load_shard(out, s)) for s in shard_dirs(out))
+    want = info.get("rows")  # an unfinished collection (settings only) has no count to hold it to
+    if want is not None and rows != want:
+        fix = (f"a shard is missing: rerun {recollect_command(out)} to collect its prompts again" if rows < want
+               else f"remove the shards that were added to {out / 'shards'} since it was collected")
+        raise UserError(f"{out} holds {rows} rows but its collect.json counts {want}; {fix}")
 
 
 def write_shard(out: Path, name: str, rows: list[dict], meta: dict) -> None:
@@ -120,7 +156,7 @@ def load_collected(path: str | Path) -> datasets.Dataset:
     shards = shard_dirs(out)
     if not shards:
         raise UserError(f"{out} holds no collected data (no shards); run `python -m distill.collect --output {out}` first")
-    return datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in shards])
+    return datasets.concatenate_datasets([load_shard(out, s) for s in shards])
 
 
 def collect_info(path: str | Path) -> dict:

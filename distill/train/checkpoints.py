@@ -67,11 +67,52 @@ def prune(run_dir: Path, keep_last: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def unreadable(ckpt: Path) -> Path | None:
-    """The first state file in `ckpt` that does not deserialize (to name it when a checkpoint fails to load)."""
+class Refused(UserError):
+    """A state file holds an object a checkpoint never holds: crafted or foreign, so it is never loaded."""
+
+
+def _safe_globals() -> list:
+    """What torch's weights-only unpickler may build beside tensors and plain containers: numpy arrays and the
+    RNG states' byte strings (accelerate's own list) and, under DeepSpeed, the three classes its ZeRO-2/3 optimizer
+    states hold (listed from real ZeRO-2/3 checkpoints, bf16 and fp32)."""
+    from accelerate.utils.other import TORCH_SAFE_GLOBALS
+
+    extra = []
+    if "deepspeed" in sys.modules:  # only a DeepSpeed run writes (and reads) these
+        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+        from deepspeed.utils.tensor_fragment import fragment_address
+
+        extra = [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+    return [*TORCH_SAFE_GLOBALS, *extra]
+
+
+def load_pickled(f: Path, ckpt: Path):
+    """A .bin/.pt/.pkl state file of checkpoint `ckpt` read without running code: torch's weights-only unpickler,
+    which refuses any global not allowed (Refused), so a crafted file cannot call os.system or import anything."""
+    import pickle
+
     import torch
+
+    try:
+        with torch.serialization.safe_globals(_safe_globals()):
+            return torch.load(f, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        what = next((x.strip() for x in str(e).splitlines() if "GLOBAL" in x), str(e).splitlines()[0][:200])
+        raise Refused(f"{f} holds an object a checkpoint never holds ({what}), so it was not loaded: the file was "
+                      f"crafted or comes from another program. Delete {ckpt} (to resume from the previous "
+                      "checkpoint) or the run dir (to start over)") from None
+
+
+def unreadable(ckpt: Path, process_index: int = 0) -> tuple[Path, str] | None:
+    """(the first state file in `ckpt` that does not load, why) or None; pickled files only as load_pickled reads
+    them (a crafted one raises Refused). This process's RNG file must be there and hold the RNG states, since
+    accelerate's load_state silently resumes without them otherwise."""
     from safetensors import safe_open
 
+    rng = ckpt / f"random_states_{process_index}.pkl"
+    if not rng.is_file():
+        return rng, "missing"
     for f in sorted(p for p in ckpt.rglob("*") if p.is_file() and p.relative_to(ckpt).parts[0] != "hf"):
         try:
             if f.suffix == ".safetensors":
@@ -81,24 +122,37 @@ def unreadable(ckpt: Path) -> Path | None:
             elif f.suffix == ".json":
                 json.loads(f.read_text())
             elif f.suffix in (".bin", ".pt", ".pkl"):
-                torch.load(f, map_location="cpu", weights_only=False)
-        except Exception:  # whatever a torn file raises, it is the culprit
-            return f
+                obj = load_pickled(f, ckpt)
+                if f.name.startswith("random_states_") and not (isinstance(obj, dict) and RNG_KEYS <= set(obj)):
+                    return f, f"not the RNG states accelerate saves (no {sorted(RNG_KEYS)})"
+        except Refused:
+            raise
+        except Exception as e:  # whatever a torn file raises, it is the culprit
+            return f, (str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
     return None
 
 
+RNG_KEYS = {"random_state", "numpy_random_seed", "torch_manual_seed"}
+
+
 def resume(accelerator, run_dir: Path) -> dict | None:
-    """Load the newest checkpoint that loads; a corrupt one is reported (which file) and skipped."""
+    """Load the newest checkpoint that loads; a torn one is reported (which file) and skipped, a crafted one
+    (Refused) stops the run. Every state file is checked before accelerate (and DeepSpeed, which unpickles with
+    weights_only=False) reads any of them."""
+    first = None  # the newest checkpoint's problem, named again if none loads
     for ckpt in complete(run_dir):
+        bad = unreadable(ckpt, accelerator.process_index)
         try:
-            state = json.loads((ckpt / STATE_FILE).read_text())
-            accelerator.load_state(str(ckpt))
-            return {**state, "path": str(ckpt)}
-        except Exception as e:  # a torn or corrupt file raises many types; name it and fall back
-            reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-            culprit = getattr(e, "filename", None) or unreadable(ckpt)
-            what = f"{culprit} is unreadable ({reason})" if culprit else f"it does not load ({reason})"
-            print(f"warning: checkpoint {ckpt} skipped: {what}; falling back to the previous one", file=sys.stderr)
+            if bad is None:
+                state = json.loads((ckpt / STATE_FILE).read_text())
+                accelerator.load_state(str(ckpt))
+                return {**state, "path": str(ckpt)}
+        except Exception as e:  # e.g. a checkpoint of another design: its tensors do not fit this draft
+            bad = (getattr(e, "filename", None), str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        what = f"{bad[0]} is unreadable ({bad[1]})" if bad[0] else f"it does not load ({bad[1]})"
+        first = first or what
+        print(f"warning: checkpoint {ckpt} skipped: {what}; falling back to the previous one", file=sys.stderr)
     if complete(run_dir) or any(run_dir.glob("checkpoint-*")):
-        raise UserError(f"no checkpoint in {run_dir} loads; delete the broken ones (or the run dir) to start over")
+        raise UserError(f"no checkpoint in {run_dir} loads ({first or 'none is complete'}); delete the broken "
+                        "ones (or the run dir) to start over")
     return None

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from decode.errors import UserError
-from distill.collect.shards import collect_info, load_collected, tokenizer_fingerprint
+from distill.collect.shards import check_collection, collect_info, load_collected, tokenizer_fingerprint
 from distill.train import batches, losses
 
 if TYPE_CHECKING:
@@ -29,11 +29,13 @@ class Data:
 
 def load_data(cfg: TrainConfig, tok) -> Data:
     data_dirs = cfg.data if isinstance(cfg.data, list) else [cfg.data]
-    infos = [collect_info(d) for d in data_dirs]
-    for d, info in zip(data_dirs, infos):
+    for d in data_dirs + ([cfg.eval_data] if cfg.eval_data else []):
+        info = collect_info(d)
         if info.get("tokenizer") != tokenizer_fingerprint(tok):
             raise UserError(f"{d} was collected with another tokenizer (target {info.get('target')!r}); "
                             f"collect data with --target {cfg.target} or train against that target")
+        check_collection(d)  # every shard loads and the rows are the ones collect.json counts
+    infos = [collect_info(d) for d in data_dirs]
     ds = concatenate([load_collected(d) for d in data_dirs])
     if len(ds) == 0:
         raise UserError(f"{cfg.data} is empty")

@@ -1,6 +1,6 @@
 """Distill: build a shallow-but-wide draft from a design and train it on collected target outputs.
 
-    accelerate launch --config_file configs/accelerate/zero2.yaml distill/train.py \
+    accelerate launch -q --config_file configs/accelerate/zero2.yaml distill/train.py \
         --config configs/train/default.yaml [--key value ...]
     python distill/train.py --data runs/collect-default --output runs/train-default     # one CPU process
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -91,9 +92,7 @@ class TrainConfig:
             raise UserError(f"--precision must be auto, bf16 or fp32, got {self.precision!r}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise UserError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
-        for name in ("max_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "loss_chunk_mb"):
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+        check_bounds(self)
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise UserError(f"--max-seq-len must be >= 2 (one token of context and one to train), got {self.max_seq_len}")
         if self.data_workers < -1:
@@ -102,13 +101,38 @@ class TrainConfig:
             raise UserError("--lora-r with --copy-circuit: LoRA's dense low-rank updates would write into the circuit's "
                             "private dims; use one or the other")
         bad = set(self.loss) - set(losses.LOSS_NAMES)
-        if bad or not any(v > 0 for v in self.loss.values()):
-            raise UserError(f"--loss {self.loss}: give positive weights over {list(losses.LOSS_NAMES)}")
+        weights = list(self.loss.values())
+        if bad or not all(isinstance(v, (int, float)) and v >= 0 for v in weights) or not any(v > 0 for v in weights):
+            raise UserError(f"--loss {self.loss}: give weights >= 0 (one of them > 0) over {list(losses.LOSS_NAMES)}")
 
     def design(self) -> DraftDesign:
         keys = ("layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "init", "vocab", "freeze",
                 "copy_circuit")
         return DraftDesign(**{k: getattr(self, k) for k in keys})
+
+
+# the numbers a run cannot use below a bound (a typo such as --lr -1e-3 would otherwise train backwards)
+AT_LEAST = {1: ("max_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "loss_chunk_mb",
+                "spec_eval_gamma", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"),
+            0: ("warmup_steps", "keep_last", "eval_rows", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
+
+
+def check_bounds(cfg: TrainConfig) -> None:
+    """Each number in range, named by its flag: lr and grad_clip > 0, jsd_beta in (0, 1), AT_LEAST's minimums."""
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    for name in ("lr", "grad_clip"):
+        v = getattr(cfg, name)
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise UserError(f"{flag(name)} must be a number > 0, got {v}")
+    if not 0 < cfg.jsd_beta < 1:
+        raise UserError(f"--jsd-beta must be between 0 and 1 (exclusive), got {cfg.jsd_beta}")
+    for low, names in AT_LEAST.items():
+        for name in names:
+            v = getattr(cfg, name)
+            if v is not None and not v >= low:  # `not >=` also catches nan
+                raise UserError(f"{flag(name)} must be >= {low}, got {v}")
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
@@ -161,7 +185,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     run_dir = Path(cfg.output)
     state, tracker = resume(cfg, accelerator, run_dir, log)
     step = state["step"] if state else 0
-    command = command or "accelerate launch distill/train.py " + " ".join(argv)
+    command = command or launch_command(argv)
     run = loop.Run(cfg, accelerator, student, optimizer, params, draft, tok, data, command, run_dir, tracker)
     held = proxy.HeldOut(eval_ex, cfg.batch_size, draft.vocab, draft.calib_seqs, spec_target, tok,
                          cfg.spec_eval_prompts, cfg.spec_eval_gamma)
@@ -205,6 +229,14 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
 
 
 # --- setup ---------------------------------------------------------------------------------------------------
+
+
+def launch_command(argv: list[str]) -> str:
+    """The command line this training ran as, for specdistill.json: `accelerate launch` sets ACCELERATE_MIXED_PRECISION
+    in every process it starts (its simple, multi-GPU and DeepSpeed launchers alike); otherwise it was one plain
+    process, which `python distill/train.py` repeats whether it ran as that script or in-process."""
+    launcher = "accelerate launch" if "ACCELERATE_MIXED_PRECISION" in os.environ else "python"
+    return f"{launcher} distill/train.py {shlex.join(argv)}".rstrip()
 
 
 def _quiet(*args, **kwargs) -> None:
@@ -330,6 +362,7 @@ def resume(cfg: TrainConfig, accelerator, run_dir: Path, log) -> tuple[dict | No
         log(f"resumed from {state['path']} at step {state['step']}")
     tracker = Tracker(run_dir, asdict(cfg), cfg.report_to, cfg.wandb_project, run_dir.name,
                       enabled=accelerator.is_main_process, resume_id=(state or {}).get("wandb_run_id"))
+    tracker.truncate(state["step"] if state else -1)  # each step once in metrics.jsonl: drop what comes again
     if accelerator.is_main_process:
         cli.save(cfg, run_dir / "train.config.json")
     return state, tracker
