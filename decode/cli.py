@@ -34,6 +34,7 @@ import yaml
 from transformers import HfArgumentParser
 
 from decode.errors import UserError
+from decode.prompts import decode_utf8
 
 
 def _is_plain(tp) -> bool:
@@ -266,7 +267,7 @@ def load_yaml(path: str | Path, fields: set[str]) -> dict:
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(decode_utf8(path.read_bytes(), str(path))) or {}
     except yaml.YAMLError as e:
         raise UserError(f"{path}: malformed YAML ({e})") from None
     if not isinstance(data, dict):

@@ -46,11 +46,12 @@ def read_prompts(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise UserError(f"prompt file not found: {path} (give a JSONL file, one prompt a line)")
     rows, seen = [], set()
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:  # bytes, decoded line by line: a non-UTF-8 byte is reported with its line
+        for lineno, data in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            line = decode_utf8(data, where)
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 raw = json.loads(line)
             except json.JSONDecodeError as e:
@@ -63,6 +64,15 @@ def read_prompts(path: str | Path) -> list[dict]:
     if not rows:
         raise UserError(f"prompt file is empty: {path} (it needs at least one JSON line)")
     return rows
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """UTF-8 text, or a UserError naming the place and the fix (an editor's Latin-1 or UTF-16 save)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{where}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+                        "save the file as UTF-8") from None
 
 
 def encode_prompt(tokenizer, row: dict, chat_template: bool = True) -> list[int]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
@@ -103,6 +104,28 @@ def resolve(spec: str) -> str:
     return spec  # a Hub id; from_pretrained reports if the Hub cannot be reached
 
 
+def check_device(name: str, flag: str = "--device") -> None:
+    """A device that is not there is one line at startup, not torch's assertion once the model is loaded."""
+    if name == "auto":
+        return
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise UserError(f"{flag} {name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not n:
+            raise UserError(f"{flag} {name}: no CUDA GPU is visible on this machine; use --device cpu (or auto)")
+        if dev.index is not None and dev.index >= n:
+            raise UserError(f"{flag} {name}: only {n} CUDA GPU(s) are visible (cuda:0..cuda:{n - 1}); "
+                            "pick one of them or check CUDA_VISIBLE_DEVICES")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise UserError(f"{flag} {name}: Apple's MPS is not available here; use --device cpu (or auto)")
+    elif dev.type != "cpu":
+        raise UserError(f"{flag} {name}: {dev.type} devices are not supported; use auto, cpu, cuda[:N] or mps")
+
+
 def resolve_device(name: str) -> str:
     """`auto`: this process's GPU when CUDA is there (LOCAL_RANK under a launcher), else the CPU; others as given."""
     if name != "auto":
@@ -141,7 +164,7 @@ def parse_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "c
     table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
              "float16": torch.float16, "fp16": torch.float16}
     if dtype not in table:
-        raise UserError(f"unknown dtype {dtype!r}; use one of {sorted(table)} or 'auto'")
+        raise UserError(f"unknown --dtype {dtype!r}; use one of {sorted(table)} or 'auto'")
     return table[dtype]
 
 
@@ -157,6 +180,7 @@ def load_model(spec: str, dtype: str | torch.dtype | None = "auto", device: str 
                device_map: str | dict | None = None):
     """Load a causal LM and its tokenizer, in eval mode, where placement(device) says (device_map: this one
     instead, e.g. {"": "cpu"} or a module -> device dict; transformers/accelerate place the modules)."""
+    check_device(device)
     path = resolve(spec)
     first, auto_map = placement(device)
     device_map = device_map if device_map is not None else auto_map
@@ -168,6 +192,8 @@ def load_model(spec: str, dtype: str | torch.dtype | None = "auto", device: str 
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(path)
+    except SafetensorError as e:
+        raise _damaged(spec, path, e) from None
     except (OSError, ValueError) as e:
         if device_map is not None and "offload" in str(e):
             raise _does_not_fit(spec, device_map) from None
@@ -177,6 +203,20 @@ def load_model(spec: str, dtype: str | torch.dtype | None = "auto", device: str 
     elif device_map == "sequential" and {"cpu", "disk"} & {str(d) for d in model.hf_device_map.values()}:
         raise _does_not_fit(spec, device_map)
     return model.eval(), tokenizer
+
+
+def _damaged(spec: str, path: str, error: Exception) -> UserError:
+    """A weights file safetensors cannot read (cut short by a full disk or a killed copy), named with the fix."""
+    bad = []
+    for f in draft_folder.weight_files(path):
+        try:
+            safe_open(str(f), "pt").keys()
+        except SafetensorError:
+            bad.append(f)
+    what = ", ".join(str(f) for f in bad) or f"a weights file in {path}"
+    detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return UserError(f"{what} is damaged or incomplete ({detail}); re-export the draft or re-download the model "
+                     f"{spec!r}")
 
 
 def _does_not_fit(spec: str, device_map) -> UserError:

@@ -10,6 +10,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,7 +27,7 @@ from transformers import AutoModelForCausalLM
 
 from decode.errors import UserError
 from decode.targets import load_tokenizer
-from distill.collect import CollectConfig, main, run, shards, vllm_engine
+from distill.collect import CollectConfig, job, main, run, shards, vllm_engine
 from distill.collect.shards import load_collected, shard_dirs
 
 VOCAB = 49152  # the default tokenizer's
@@ -539,6 +540,32 @@ def test_prompt_longer_than_context_is_refused(tmp_path, base_copy, short_ctx_di
     with pytest.raises(UserError, match=r"'too-long'.*context of 64"):
         collect(base_copy, prompts, short_ctx_dir)
     assert snapshot(base_copy) == before
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"limit": -1}, "--limit must be >= 0"),  # before: every prompt but the last, exit 0
+    ({"max_new_tokens": 0}, "--max-new-tokens must be >= 1, got 0"),
+    ({"batch_size": -4}, "--batch-size must be >= 1, got -4"),
+    ({"topk": -1}, "--topk must be >= 0"),
+    ({"num_shards": -2}, "--num-shards must be >= 0"),
+    ({"shard_index": -5}, "--shard-index >= 0 (or -1 = RANK)"),
+    ({"num_shards": 2, "shard_index": 2}, "--shard-index 2 is outside 0..1"),
+    ({"tensor_parallel_size": 0}, "--tensor-parallel-size must be >= 1"),
+    ({"dtype": "float8"}, "unknown --dtype 'float8'"),
+    ({"temperature": -1.0}, "temperature must be >= 0"),
+    ({"top_p": 1.5}, "top_p must be in (0, 1]"),
+])
+def test_numbers_out_of_bounds_are_refused_before_any_work(kw, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        CollectConfig(**kw)
+
+
+def test_a_bad_prompt_file_fails_before_the_target_loads(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"id": "a", "prompt": "caf\xe9"}\n')
+    monkeypatch.setattr(job, "load_target", lambda *a: pytest.fail("the target loaded before the prompts"))
+    with pytest.raises(UserError, match=re.escape(f"{bad}:1: not UTF-8 text")):
+        run(CollectConfig(prompts=str(bad), output=str(tmp_path / "out")))
 
 
 def test_topk_larger_than_vocabulary_is_refused(base_copy, base, target_dir):

@@ -141,6 +141,13 @@ def test_malformed_yaml(tmp_path):
         parse(["--config", yaml_file(tmp_path, "topk: [1, 2\n")])
 
 
+def test_a_yaml_file_that_is_not_utf8_names_the_file_and_the_fix(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_bytes("target: café\n".encode("latin-1"))
+    with pytest.raises(UserError, match=re.escape(f"{path}: not UTF-8 text (byte 0xe9 at offset 11); save")):
+        parse(["--config", str(path)])
+
+
 def test_yaml_that_is_not_a_mapping(tmp_path):
     with pytest.raises(UserError, match="expected a mapping"):
         parse(["--config", yaml_file(tmp_path, "- topk\n- 3\n")])

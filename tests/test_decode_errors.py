@@ -45,7 +45,7 @@ def test_missing_gguf_file(tmp_path):
 
 
 def test_unknown_dtype():
-    assert "unknown dtype 'float8'" in _raises(parse_dtype, "float8")
+    assert "unknown --dtype 'float8'" in _raises(parse_dtype, "float8")
     assert parse_dtype("auto", "cpu") == torch.float32 and parse_dtype("bf16") == torch.bfloat16
 
 
@@ -96,6 +96,17 @@ def test_invalid_prompt_records_name_the_line(tmp_path, row, words):
     f = _write(tmp_path / "p.jsonl", [GOOD, json.dumps(row)])
     msg = _raises(read_prompts, f)
     assert f"{f}:2:" in msg and words in msg
+
+
+@pytest.mark.parametrize("data, line", [
+    (GOOD.encode() + b"\n" + '{"id": "b", "prompt": "café"}'.encode("latin-1") + b"\n", 2),  # Latin-1
+    ('{"id": "b", "prompt": "x"}\n'.encode("utf-16"), 1),  # Windows' "Unicode"
+])
+def test_a_prompt_file_that_is_not_utf8_names_the_line_and_the_fix(tmp_path, data, line):
+    f = tmp_path / "p.jsonl"
+    f.write_bytes(data)
+    msg = _raises(read_prompts, f)
+    assert msg.startswith(f"{f}:{line}: not UTF-8 text") and msg.endswith("save the file as UTF-8")
 
 
 @pytest.mark.parametrize("content", ["", "\n\n  \n"])

@@ -1,6 +1,8 @@
 """Target loading: atomic GGUF conversion (an interrupted one leaves nothing behind), the cached fast path, drafts."""
 
 import json
+import os
+import re
 
 import pytest
 import torch
@@ -131,3 +133,50 @@ def test_real_default_second_load_takes_the_fast_path(monkeypatch):
     monkeypatch.setattr(targets, "_load_gguf", no_conversion)
     model, tok = targets.load_target("default")
     assert model.config.num_hidden_layers == 30 and len(tok) == model.config.vocab_size
+
+
+# --- bad inputs: a device this machine lacks, a weights file cut short ------------------------------------------
+
+
+@pytest.mark.parametrize("device, message", [
+    ("cuda", "--device cuda: no CUDA GPU is visible on this machine; use --device cpu"),
+    ("cuda:3", "--device cuda:3: no CUDA GPU is visible"),
+    ("cdu", "--device 'cdu' is not a device; use auto, cpu, cuda or cuda:N"),
+    ("meta", "--device meta: meta devices are not supported"),
+])
+def test_a_device_that_is_not_here_is_one_line(device, message, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(targets.UserError, match=re.escape(message)):
+        targets.check_device(device)
+    targets.check_device("cpu")
+    targets.check_device("auto")
+
+
+def test_a_gpu_index_past_the_visible_ones_is_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(targets.UserError, match=re.escape("--device cuda:3: only 2 CUDA GPU(s) are visible")):
+        targets.check_device("cuda:3")
+    targets.check_device("cuda:1")
+
+
+def test_load_model_checks_the_device_before_loading(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(targets, "resolve", lambda spec: pytest.fail("resolved a model for a missing device"))
+    with pytest.raises(targets.UserError, match="no CUDA GPU"):
+        targets.load_model("some/model", device="cuda")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0001])  # cut in the tensor data, cut in the header
+def test_a_truncated_weights_file_names_the_file_and_the_fix(keep, tmp_path, tiny_llama, tiny_tokenizer):
+    """Before: safetensors' own traceback. evaluate relies on a UserError to skip such a draft and report it."""
+    folder = tmp_path / "draft"
+    tiny_llama(1).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    weights = folder / "model.safetensors"
+    os.truncate(weights, int(weights.stat().st_size * keep))
+    with pytest.raises(targets.UserError, match=re.escape(f"{weights} is damaged or incomplete (")) as e:
+        targets.load_model(str(folder))
+    assert "re-export the draft or re-download the model" in str(e.value)
+    with pytest.raises(targets.UserError, match="damaged or incomplete"):
+        targets.load_draft(str(folder), tiny_llama(0), tiny_tokenizer())

@@ -29,7 +29,15 @@ from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.prompts import check_context, encode_prompt
 from decode.sampling import SamplingParams
-from decode.targets import eos_ids, load_draft, load_target, load_tokenizer, resolve
+from decode.targets import (
+    check_device,
+    eos_ids,
+    load_draft,
+    load_target,
+    load_tokenizer,
+    parse_dtype,
+    resolve,
+)
 from distill.collect import shards, vllm_engine
 from distill.collect.generation import Generated, generate_batch, score_batch
 from distill.prompts import load_prompts, split_response
@@ -75,15 +83,24 @@ class CollectConfig:
             raise UserError("--mode score stores top-k logprobs; give --topk > 0")
         for name in ("max_new_tokens", "batch_size"):
             if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.limit < 0:
+            raise UserError(f"--limit must be >= 0 (the first N prompts; 0 = all), got {self.limit}")
         if self.topk < 0:
-            raise UserError("--topk must be >= 0")
+            raise UserError(f"--topk must be >= 0 (logprobs stored per position; 0 = none), got {self.topk}")
+        if self.num_shards < 0 or self.shard_index < -1:
+            raise UserError(f"--num-shards must be >= 0 and --shard-index >= 0 (or -1 = RANK), got "
+                            f"{self.num_shards} and {self.shard_index}")
+        if self.num_shards and self.shard_index >= self.num_shards:
+            raise UserError(f"--shard-index {self.shard_index} is outside 0..{self.num_shards - 1} "
+                            f"(--num-shards {self.num_shards})")
+        parse_dtype(self.dtype)
         if self.engine not in ("hf", "vllm", "auto"):
             raise UserError(f"--engine must be hf, vllm or auto, got {self.engine!r}")
         if self.engine == "vllm" and (self.mode == "score" or self.generator):
             raise UserError("--engine vllm generates with the target only; use --engine hf for --mode score and --generator")
         if self.tensor_parallel_size < 1:
-            raise UserError("--tensor-parallel-size must be >= 1")
+            raise UserError(f"--tensor-parallel-size must be >= 1 (GPUs per vLLM engine), got {self.tensor_parallel_size}")
         SamplingParams(self.temperature, self.top_k, self.top_p)
 
     def settings(self) -> dict:
@@ -111,9 +128,10 @@ def _rank_world(cfg: CollectConfig) -> tuple[int, int]:
     return rank, world
 
 
-def prepare(cfg: CollectConfig, tokenizer, max_positions: int) -> list[dict]:
-    """Prompts with token ids (and response ids in scoring mode), all checked before anything runs."""
-    rows = load_prompts(cfg.prompts, cfg.columns, cfg.split, cfg.categories or None, cfg.limit)
+def prepare(cfg: CollectConfig, tokenizer, max_positions: int, rows: list[dict] | None = None) -> list[dict]:
+    """Prompts (`rows`, loaded here if not given) with token ids (and response ids in scoring mode), all checked
+    before anything runs."""
+    rows = load_prompts(cfg.prompts, cfg.columns, cfg.split, cfg.categories or None, cfg.limit) if rows is None else rows
     for row in rows:
         prompt, response = split_response(row) if cfg.mode == "score" else (row, None)
         if cfg.mode == "score" and response is None:
@@ -133,16 +151,20 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
     """Collect (resumable). `command`: the command line to record, when another job (pipeline, sweep) runs this stage."""
     out = Path(cfg.output)
     engine = cfg.resolved_engine()
+    rank, world = _rank_world(cfg)
+    if engine == "hf":
+        check_device(cfg.device)
+    # a bad prompt file fails here, not after a large target has loaded
+    rows = load_prompts(cfg.prompts, cfg.columns, cfg.split, cfg.categories or None, cfg.limit)
     # vLLM loads the target itself (in its engine process): here only its config, generation config and tokenizer
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device) if engine == "hf" else _target_meta(cfg.target)
     vocab = target.config.vocab_size
     if cfg.topk > vocab:
         raise UserError(f"--topk {cfg.topk} is larger than the target's vocabulary ({vocab})")
-    rows = prepare(cfg, tok, target.config.max_position_embeddings)
+    rows = prepare(cfg, tok, target.config.max_position_embeddings, rows)
     shards.guard_settings(out, {**cfg.settings(), "tokenizer": shards.tokenizer_fingerprint(tok)}, SETTINGS_SINCE)
     cli.save(cfg, out / "collect.config.json")
 
-    rank, world = _rank_world(cfg)
     shards.clean_temp(out, f"r{rank:03d}-")  # a kill mid-write leaves this rank's temp folder behind
     done = shards.done_ids(out)
     mine = [r for i, r in enumerate(rows) if i % world == rank and r["id"] not in done]
