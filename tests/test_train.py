@@ -518,9 +518,10 @@ def _record(pb, raw: bytes):
     return record
 
 
-def test_wandb_offline_run_holds_the_metrics(tiny_collected, tmp_path, monkeypatch):
+def test_wandb_offline_run_holds_the_metrics(tiny_collected, tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_SILENT", "unset")  # restored after the test, as the tracker sets it
+    monkeypatch.delenv("WANDB_SILENT")  # the tracker makes W&B silent by default
     run = tmp_path / "run"
     _train(
         _argv(
@@ -538,6 +539,8 @@ def test_wandb_offline_run_holds_the_metrics(tiny_collected, tmp_path, monkeypat
             "1",
         )
     )
+    printed = capfd.readouterr()
+    assert "wandb:" not in printed.out + printed.err, printed.err[-2000:]
     files = list(run.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(files) == 1
     history: dict[int, dict] = {}

@@ -154,6 +154,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
 
     # --- setup: one process per device, bf16 autocast on GPU unless --precision fp32. The seed is set before the
     # draft is built, so its init repeats (random init, the copy circuit, a LoRA adapter); resumes restore the RNG
+    quiet_third_party()
     accelerator = make_accelerator(cfg)
     main_proc, world = accelerator.is_main_process, accelerator.num_processes
     log = print if main_proc else _quiet
@@ -241,6 +242,24 @@ def launch_command(argv: list[str]) -> str:
 
 def _quiet(*args, **kwargs) -> None:
     """print() on every process but the main one."""
+
+
+def quiet_third_party() -> None:
+    """Drop two lines per run that ask nothing of the user: DeepSpeed's "Setting accelerator to CPU" on a box
+    without a GPU (it picks the CPU either way; naming it skips the guess), and accelerate's "Removed shared tensor
+    {'model.lm_head.weight'}" at every save of a tied-embedding draft (the resume tests reload it exactly)."""
+    import logging
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    logger = logging.getLogger("accelerate.utils.other")
+    if not any(isinstance(f, _NotSharedTensors) for f in logger.filters):  # once, however many runs in-process
+        logger.addFilter(_NotSharedTensors())
+
+
+class _NotSharedTensors:
+    def filter(self, record) -> bool:
+        return "Removed shared tensor" not in record.getMessage()
 
 
 def make_accelerator(cfg: TrainConfig):
