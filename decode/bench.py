@@ -28,7 +28,7 @@ from decode.options import DecodeOptions
 from decode.prompts import check_context, encode_prompt, read_prompts
 from decode.sampling import SamplingParams
 from decode.speculative import Stats, generate
-from decode.targets import eos_ids, load_draft, load_target
+from decode.targets import check_device, eos_ids, load_draft, load_target, parse_dtype
 
 
 @dataclass
@@ -53,6 +53,9 @@ class BenchConfig(DecodeOptions):
         super().__post_init__()
         if self.max_new_tokens < 1:
             raise UserError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.limit < 0:
+            raise UserError(f"--limit must be >= 0 (the first N prompts; 0 = all), got {self.limit}")
+        parse_dtype(self.dtype)
 
 
 def parse_args(argv=None) -> BenchConfig:
@@ -297,6 +300,7 @@ def _costs_in_run(spec, b: dict, gamma: int) -> dict | None:
 
 def run(cfg: BenchConfig) -> dict:
     torch.manual_seed(cfg.seed)
+    check_device(cfg.device)
     rows = read_prompts(cfg.prompts)
     if cfg.limit:
         rows = rows[: cfg.limit]

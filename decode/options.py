@@ -14,6 +14,10 @@ from decode.smallgemm import WEIGHTS
 
 SCHEDULES = ("constant", "heuristic", "dynamic")
 DEFAULT_CONFIDENCE = 0.4  # dynamic schedule: stop drafting once the draft's top probability falls below this
+# The most tokens a round drafts (γ) or verifies at its first position (candidates). Even at α = 0.9 a token 64
+# deep is accepted with probability 0.9^64 ≈ 0.001, so a longer chain only costs draft steps and a wider verify;
+# the caches are sized by it up front (γ = 100000 asked for a 9.2 GB cache for a 135M target).
+MAX_GAMMA = 64
 
 
 def check_schedule(kind: str) -> None:
@@ -46,8 +50,9 @@ class DecodeOptions:
 
     def __post_init__(self):
         greedy = self.sampling.greedy  # SamplingParams checks temperature, top_k and top_p
-        if self.gamma < 1:
-            raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
+        if not 1 <= self.gamma <= MAX_GAMMA:
+            raise UserError(f"--gamma must be in 1..{MAX_GAMMA} (draft tokens per round; a token {MAX_GAMMA} deep "
+                            f"is almost never accepted), got {self.gamma}")
         check_schedule(self.schedule)
         if not 0 <= self.confidence <= 1:
             raise UserError(f"--confidence must be in [0, 1] (the dynamic schedule's threshold on the draft's top "
@@ -56,9 +61,9 @@ class DecodeOptions:
             raise UserError(f"--lookup must be >= 0 (context n-gram length; 0 = off), got {self.lookup}")
         if self.lookup_tokens < 0:
             raise UserError(f"--lookup-tokens must be >= 0 (tokens per lookup proposal; 0 = γ), got {self.lookup_tokens}")
-        if self.candidates < 1:
-            raise UserError(f"--candidates must be >= 1 (the draft's top-K verified at the first drafted position; "
-                            f"1 = a plain chain), got {self.candidates}")
+        if not 1 <= self.candidates <= MAX_GAMMA:
+            raise UserError(f"--candidates must be in 1..{MAX_GAMMA} (the draft's top-K verified at the first drafted "
+                            f"position; 1 = a plain chain), got {self.candidates}")
         if self.draft_weights not in WEIGHTS:
             names = ", ".join(WEIGHTS)
             raise UserError(f"--draft-weights must be one of {names}, got {self.draft_weights!r} "

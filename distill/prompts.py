@@ -27,9 +27,21 @@ def resolve(spec: str) -> str:
     return str(BUNDLED[spec]) if spec in BUNDLED else spec
 
 
+def _check_exists(spec: str) -> None:
+    """A name that is no bundled set, no path here and no Hub id (ORG/NAME) fails now, not after the Hub's retries."""
+    p = Path(spec).expanduser()
+    if p.exists():
+        return
+    if spec.startswith((".", "/", "~")) or spec.count("/") != 1 or p.suffix in (".jsonl", ".json", ".csv", ".parquet",
+                                                                                  ".arrow"):
+        raise UserError(f"prompts not found: {spec!r} is neither a bundled set ({', '.join(BUNDLED)}), an existing "
+                        "file or folder, nor a Hub dataset id (ORG/NAME)")
+
+
 def _load_hf(spec: str, split: str):
     import datasets
 
+    _check_exists(spec)
     p = Path(spec)
     try:
         if p.is_dir() and ((p / "dataset_info.json").is_file() or (p / "state.json").is_file()):

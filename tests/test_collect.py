@@ -29,6 +29,7 @@ from decode.errors import UserError
 from decode.targets import load_tokenizer
 from distill.collect import CollectConfig, job, main, run, shards, vllm_engine
 from distill.collect.shards import load_collected, shard_dirs
+from distill.prompts import load_prompts
 
 VOCAB = 49152  # the default tokenizer's
 K = 5
@@ -560,6 +561,26 @@ def test_numbers_out_of_bounds_are_refused_before_any_work(kw, message):
         CollectConfig(**kw)
 
 
+@pytest.mark.parametrize("spec", ["helduot", "data/prompts.parquet", "./mine", "a/b/c"])
+def test_an_unknown_prompt_set_is_one_line_without_asking_the_hub(spec, monkeypatch):
+    """Before: 30 s of Hub retries, then 'Couldn't reach ... on the Hub'. ORG/NAME stays a Hub id."""
+    import datasets
+
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("asked the Hub"))
+    with pytest.raises(UserError, match=re.escape(f"prompts not found: {spec!r} is neither a bundled set (train, "
+                                                  "heldout), an existing file or folder, nor a Hub dataset id")):
+        load_prompts(spec)
+
+
+def test_collect_bench_checks_its_numbers_with_one_line(capsys):
+    from distill.collect import bench
+
+    for argv, message in ((["--n", "0"], "--n must be >= 1"), (["--engine", "x"], "--engine must be hf or vllm"),
+                          (["--topk", "-1"], "--topk must be >= 0"), (["--batch-size", "0"], "--batch-size must be >= 1")):
+        with pytest.raises(SystemExit, match=re.escape(f"error: {message}")):
+            bench.main(argv)
+
+
 def test_a_bad_prompt_file_fails_before_the_target_loads(tmp_path, monkeypatch):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"id": "a", "prompt": "caf\xe9"}\n')
@@ -764,8 +785,6 @@ def test_two_process_accelerate_launch_equals_one_process(tmp_path, base, target
 
 
 def test_spread_limit_takes_prompts_in_turn_from_each_category():
-    from distill.prompts import load_prompts
-
     rows = load_prompts("heldout")
     cats = list(dict.fromkeys(r["category"] for r in rows))
     first = load_prompts("heldout", limit=len(cats) * 2)

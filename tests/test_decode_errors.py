@@ -195,8 +195,13 @@ def test_load_draft_folder_with_vocab_map(tmp_path, tiny_llama, tiny_tokenizer):
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["--gamma", "0"], "--gamma must be >= 1"),
-        (["--gamma", "-2"], "--gamma must be >= 1"),
+        (["--gamma", "0"], "--gamma must be in 1..64"),
+        (["--gamma", "-2"], "--gamma must be in 1..64"),
+        (["--gamma", "100000"], "--gamma must be in 1..64"),  # before: a 9.2 GB cache for a 135M target
+        (["--gamma", "four"], "--gamma: cannot parse 'four'"),
+        (["--candidates", "1000"], "--candidates must be in 1..64"),
+        (["--limit", "-1"], "--limit must be >= 0"),
+        (["--dtype", "float8"], "unknown --dtype 'float8'"),
         (["--temperature", "-0.5"], "temperature must be >= 0"),
         (["--schedule", "fastest"], "--schedule must be one of"),
         (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
@@ -210,7 +215,7 @@ def test_bench_rejects_bad_settings(argv, words):
 def test_bench_config_defaults_are_valid():
     cfg = bench.parse_args([])
     assert cfg.gamma >= 1 and cfg.schedule == "constant" and cfg.target == "default"
-    with pytest.raises(UserError, match="--gamma must be >= 1"):
+    with pytest.raises(UserError, match="--gamma must be in 1..64"):
         bench.BenchConfig(gamma=0)
 
 
@@ -222,7 +227,7 @@ def test_bench_main_prints_one_error_line(tmp_path, capsys):
     assert str(e.value).startswith("error: ") and f"{bad}:1:" in str(e.value)
     with pytest.raises(SystemExit) as e:
         bench.main(["--gamma", "0"])
-    assert str(e.value).startswith("error: --gamma must be >= 1")
+    assert str(e.value).startswith("error: --gamma must be in 1..64")
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ model loading excluded, their wall times reported), and whether the stored top-k
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -40,36 +39,37 @@ class CollectBenchConfig:
     engine: str = field(default="hf", metadata={"help": "hf: collect vs HF generate one at a time | vllm: collect "
                                                         "--engine vllm vs --engine hf"})
 
+    def __post_init__(self):
+        if self.engine not in ("hf", "vllm"):
+            raise UserError(f"--engine must be hf or vllm, got {self.engine!r}")
+        if self.n < 1:
+            raise UserError(f"--n must be >= 1 (prompts timed), got {self.n}")
+        # the collection's own checks (max_new_tokens, topk, batch_size), with its lines, before any model loads
+        CollectConfig(max_new_tokens=self.max_new_tokens, topk=self.topk, batch_size=self.batch_size)
 
-def main(argv=None) -> None:
-    try:
-        a = cli.parse(CollectBenchConfig, argv, __doc__)
-        if a.engine == "vllm":
-            return engines(a)
-        if a.engine != "hf":
-            raise UserError(f"--engine must be hf or vllm, got {a.engine!r}")
-        target, tok = load_target(a.target)
-        rows = load_prompts(a.prompts, limit=a.n)
-        encoded = [encode_prompt(tok, r) for r in rows]
-        # --- (a) target.generate, one prompt at a time (warm-up first)
-        def one(ids):
-            x = torch.tensor([ids])
-            with torch.inference_mode():
-                y = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=a.max_new_tokens, do_sample=False)
-            return y.shape[1] - len(ids)
-        one(encoded[0])
+
+def bench_hf(a: CollectBenchConfig) -> dict:
+    """(a) target.generate one prompt at a time against (b) the collection job (see the module docstring)."""
+    rows = load_prompts(a.prompts, limit=a.n)  # a bad prompt set fails before the target loads
+    target, tok = load_target(a.target)
+    encoded = [encode_prompt(tok, r) for r in rows]
+
+    def one(ids):
+        x = torch.tensor([ids])
+        with torch.inference_mode():
+            y = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=a.max_new_tokens, do_sample=False)
+        return y.shape[1] - len(ids)
+
+    one(encoded[0])  # warm-up
+    t0 = time.perf_counter()
+    hf_tokens = sum(one(ids) for ids in encoded)
+    hf_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as out:  # (b) the real collection job, into a scratch folder
+        cfg = CollectConfig(target=a.target, prompts=a.prompts, limit=a.n, output=out, max_new_tokens=a.max_new_tokens,
+                            topk=a.topk, batch_size=a.batch_size)
         t0 = time.perf_counter()
-        hf_tokens = sum(one(ids) for ids in encoded)
-        hf_s = time.perf_counter() - t0
-        # --- (b) the real collection job, into a scratch folder
-        with tempfile.TemporaryDirectory() as out:
-            cfg = CollectConfig(target=a.target, prompts=a.prompts, limit=a.n, output=out, max_new_tokens=a.max_new_tokens,
-                                topk=a.topk, batch_size=a.batch_size)
-            t0 = time.perf_counter()
-            info = run(cfg)
-            col_s = time.perf_counter() - t0
-    except UserError as e:
-        sys.exit(f"error: {e}")
+        info = run(cfg)
+        col_s = time.perf_counter() - t0
     result = {
         "target": a.target, "prompts": len(rows), "max_new_tokens": a.max_new_tokens, "k": a.topk,
         "batch_size": a.batch_size, "device": f"cpu ({torch.get_num_threads()} threads)",
@@ -81,6 +81,12 @@ def main(argv=None) -> None:
     print(f"target.generate one at a time: {result['hf_generate_one_at_a_time']['tokens_per_s']} tokens/s; "
           f"collect (batched, top-{a.topk} stored): {result['collect']['tokens_per_s']} tokens/s; "
           f"ratio {result['ratio']}x; {info['bytes_per_token']} bytes/token")
+    return result
+
+
+def main(argv=None) -> None:
+    _, result = cli.run_job(CollectBenchConfig, lambda a, argv: engines(a) if a.engine == "vllm" else bench_hf(a),
+                            argv, __doc__)
     print(json.dumps(result))
 
 
@@ -122,7 +128,7 @@ def compare(a: dict[str, dict], b: dict[str, dict]) -> dict:
             "topk_ids_differing_only_at_near_ties": ties, "max_abs_logprob_diff": round(max_diff, 5)}
 
 
-def engines(a: CollectBenchConfig) -> None:
+def engines(a: CollectBenchConfig) -> dict:
     """collect --engine hf against --engine vllm, same prompts, one process (see the module docstring)."""
     from distill.collect import vllm_engine
     from distill.collect.shards import load_collected
@@ -152,7 +158,7 @@ def engines(a: CollectBenchConfig) -> None:
           f"identical at {t['topk_ids_identical']}/{t['positions_compared']} shared positions (of the others "
           f"{t['topk_ids_differing_only_at_near_ties']} differ only at near-ties), max |Δ logprob| "
           f"{t['max_abs_logprob_diff']}")
-    print(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":
