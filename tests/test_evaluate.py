@@ -250,3 +250,87 @@ def test_pipeline_stage_settings_merge_yaml_then_preset_then_flags():
     assert s["collect"]["limit"] == 96 and s["collect"]["topk"] == 32
     plain = ["--config", "configs/pipeline/default.yaml"]
     assert cli.parse(pipeline.PipelineConfig, plain).train["max_steps"] == 550
+
+
+def _truncated_copy(src, dst):
+    """A draft folder whose model.safetensors lost its second half (a full disk, a killed copy)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    w = dst / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    return str(dst)
+
+
+def test_a_truncated_draft_is_skipped_and_listed_while_the_others_are_evaluated(tiny_pair, tmp_path, capsys):
+    broken = _truncated_copy(tiny_pair["root"] / "random", tmp_path / "broken")
+    evaluate.main(["--target", tiny_pair["target"], "--prompts", tiny_pair["prompts"], "--max-new-tokens", "4",
+                   "--gamma", "2", "--anchors", "none", "--drafts", broken, tiny_pair["good"],
+                   "--output", str(tmp_path / "eval")])
+    out, err = capsys.readouterr()
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert [e["draft"] for e in report["entries"]] == [tiny_pair["good"]]
+    assert [x["draft"] for x in report["errors"]] == [broken]
+    assert f"skipped {broken}: " in err and f"skipped {broken}: " in out and "skipped 1" in out
+    assert f"- skipped `{broken}`: " in (tmp_path / "eval" / "report.md").read_text()
+
+
+def test_nothing_loaded_is_an_error_and_leaves_an_existing_report_alone(tiny_pair, tmp_path):
+    broken = _truncated_copy(tiny_pair["root"] / "random", tmp_path / "broken")
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "report.json").write_text('{"kept": true}\n')
+    with pytest.raises(UserError, match="nothing evaluated, no draft could be loaded: .*broken"):
+        evaluate.run(_cfg(tiny_pair, out, drafts=[broken, str(tmp_path / "missing")], gamma=2))
+    assert json.loads((out / "report.json").read_text()) == {"kept": True}
+
+
+def _run_with_checkpoint(run, good):
+    ck = run / "checkpoint-000004"
+    ck.mkdir(parents=True)
+    _save(LlamaForCausalLM.from_pretrained(good), load_tokenizer("default"), ck / "hf")
+    (ck / checkpoints.STATE_FILE).write_text("{}")
+    (run / "metrics.jsonl").write_text('{"step": 0, "eval/acceptance_proxy": 0.1}\n'
+                                       '{"step": 4, "eval/acceptance_proxy": 0.5}\n')
+
+
+def test_a_pipeline_folder_as_run_evaluates_its_training_run(tiny_pair, tmp_path, capsys):
+    pipe = tmp_path / "pipeline-default"
+    _run_with_checkpoint(pipe / "train", tiny_pair["good"])
+    (pipe / "pipeline.json").write_text("{}")
+    (pipe / "eval").mkdir()
+    (pipe / "eval" / "report.md").write_text("the pipeline's report\n")
+    res = evaluate.run(_cfg(tiny_pair, None, run=str(pipe), gamma=2, output=None))
+    assert "is a pipeline folder: evaluating its training run" in capsys.readouterr().err
+    assert [e["step"] for e in res["entries"]] == [4] and res["output"] == str(pipe / "train" / "eval")
+    assert res["training_proxy"] == [[0, 0.1], [4, 0.5]]
+    assert (pipe / "eval" / "report.md").read_text() == "the pipeline's report\n"
+
+
+class _Loaded(Exception):
+    pass
+
+
+def _no_target(monkeypatch):
+    def load_target(*a, **k):
+        raise _Loaded
+
+    monkeypatch.setattr(evaluate.job, "load_target", load_target)
+
+
+def test_a_run_without_checkpoints_stops_before_any_model_loads(tiny_pair, tmp_path, monkeypatch):
+    _no_target(monkeypatch)
+    pipe = tmp_path / "pipe"
+    _run_with_checkpoint(pipe / "train", tiny_pair["good"])
+    with pytest.raises(UserError, match=f"no complete checkpoints in {pipe}, nothing to evaluate; pass --run {pipe}/train"):
+        evaluate.run(_cfg(tiny_pair, tmp_path / "eval", run=str(pipe)))
+    with pytest.raises(UserError, match="is a file"):
+        evaluate.run(_cfg(tiny_pair, tmp_path / "eval", run=tiny_pair["prompts"]))
+
+
+def test_the_size_of_the_evaluation_is_said_before_the_target_loads(tiny_pair, tmp_path, monkeypatch, capsys):
+    _no_target(monkeypatch)
+    with pytest.raises(_Loaded):
+        evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"], tiny_pair["random"]]))
+    assert ("evaluating 4 draft x γ runs on 4 prompts x up to 8 new tokens (one shared target-alone baseline); "
+            "--limit N takes N prompts per category for a shorter run") in capsys.readouterr().err

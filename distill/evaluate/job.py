@@ -29,7 +29,7 @@ from decode.errors import UserError
 from decode.options import DecodeOptions
 from decode.targets import eos_ids, load_draft, load_target
 from distill.collect import vllm_engine
-from distill.evaluate import vllm_anchors
+from distill.evaluate import timing, vllm_anchors
 from distill.prompts import load_prompts, resolve
 from distill.train import checkpoints
 
@@ -138,26 +138,33 @@ def prompt_lookup(target, tok, rows, encoded, cfg: EvalConfig, gamma: int) -> di
 def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = None) -> dict:
     if cfg.anchors == "vllm":  # before anything is measured, not after
         vllm_engine.require("--anchors vllm")
-    out = Path(cfg.output or (Path(cfg.run) / "eval" if cfg.run else "runs/eval"))
+    run_dir = training_run(cfg.run, bool(cfg.drafts)) if cfg.run else None
+    out = Path(cfg.output or (run_dir / "eval" if run_dir else "runs/eval"))
     out.mkdir(parents=True, exist_ok=True)
     rows = load_prompts(cfg.prompts, categories=cfg.categories or None, limit=cfg.limit, spread=True)
+    errors: list[dict] = []
+    todo, anchor = drafts_to_evaluate(cfg, run_dir, errors)
+    # said before the target loads: with defaults this is 126 prompts and many minutes
+    n_runs = sum(len(_grid(cfg, spec, step, todo)) for spec, step in todo)
+    limit = (f" (--limit {cfg.limit} per category)" if cfg.limit else
+             "; --limit N takes N prompts per category for a shorter run")
+    print(f"evaluating {n_runs} draft x γ runs on {len(rows)} prompts x up to {cfg.max_new_tokens} new tokens "
+          f"(one shared target-alone baseline){limit}", file=sys.stderr, flush=True)
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
-    errors: list[dict] = []
-    todo = drafts_to_evaluate(cfg, errors)
 
     # --- every draft x γ against one shared target-alone baseline (decode.bench.measure_many)
     runs, labels = plan_runs(cfg, todo, target, tok, errors)
+    if not any(spec != anchor for spec, *_ in labels):  # the untrained anchor alone evaluates nothing asked for
+        raise UserError("nothing evaluated, no draft could be loaded: " + "; ".join(
+            f"{x['draft']}: {x['error']}" for x in errors))
     entries = []
-    if runs:
-        print(f"evaluating {len(runs)} draft x γ runs on {len(rows)} prompts (one shared target-alone baseline)",
-              file=sys.stderr)
-        progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        for e, (spec, step, n, k) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
-            meta = read_meta(spec)
-            e.update(label=_label(spec, step, n, k), step=step if step is not None else meta.get("step"),
-                     design=meta.get("design"), trained=not spec.startswith("layers:"))
-            entries.append(e)
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    for e, (spec, step, n, k) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
+        meta = read_meta(spec)
+        e.update(label=_label(spec, step, n, k), step=step if step is not None else meta.get("step"),
+                 design=meta.get("design"), trained=not spec.startswith("layers:"))
+        entries.append(e)
     del runs
 
     anchors = {}
@@ -169,7 +176,9 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
                                               eos=eos_ids(target, tok), dtype=cfg.dtype, seed=cfg.seed)
     result = {"target": cfg.target, "prompts": len(rows), "prompt_set": cfg.prompts, "config": asdict(cfg),
               "command": command or "python -m distill.evaluate " + " ".join(argv or []),
-              "entries": entries, "anchors": anchors, "errors": errors}
+              "run": str(run_dir) if run_dir else None, "entries": entries, "anchors": anchors, "errors": errors,
+              "training_proxy": training_proxy(run_dir) if run_dir else [],
+              "timing_check": timing.check({"entries": entries})}
     # imported on use, not at the top: `python -m distill.evaluate.report` then runs that module once, as __main__
     from distill.evaluate import report
 
@@ -182,23 +191,90 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     return result
 
 
-def drafts_to_evaluate(cfg: EvalConfig, errors: list[dict]) -> list[tuple[str, int | None]]:
+def training_run(spec: str, other_drafts: bool) -> Path:
+    """The training run --run names: the folder itself, or a pipeline folder's train/ (said in one line). A path
+    that is missing, a file, or holds no complete checkpoint stops here, before any model loads; with --drafts
+    beside it a run without checkpoints is only skipped (drafts_to_evaluate records it)."""
+    run_dir = Path(spec)
+    if not run_dir.exists():
+        raise UserError(f"--run {spec}: no such folder; pass a training run (it holds checkpoint-N folders) "
+                        "or a pipeline output folder")
+    if not run_dir.is_dir():
+        raise UserError(f"--run {spec} is a file; pass the training run folder that holds checkpoint-N folders")
+    is_pipeline = any((run_dir / f).is_file() for f in ("pipeline.json", "pipeline.config.json"))
+    if is_pipeline and (run_dir / "train").is_dir() and not checkpoints.complete(run_dir):
+        print(f"--run {spec} is a pipeline folder: evaluating its training run {run_dir / 'train'} (the "
+              f"pipeline's own report in {run_dir / 'eval'} is left as it is)", file=sys.stderr, flush=True)
+        run_dir = run_dir / "train"
+    if not drafts_of_run(run_dir) and not other_drafts:
+        inner = [p for p in sorted(run_dir.iterdir()) if p.is_dir() and drafts_of_run(p)]
+        hint = f"--run {inner[0]}" if inner else "a training run folder (checkpoint-N/hf inside)"
+        raise UserError(f"no complete checkpoints in {run_dir}, nothing to evaluate; pass {hint}")
+    return run_dir
+
+
+def training_proxy(run_dir: Path) -> list[list]:
+    """[step, eval/acceptance_proxy] of the run's metrics.jsonl (distill.train.proxy), for the by-step plot."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a run killed mid-write leaves a partial last line; the curve is still good
+            continue
+        if isinstance(row, dict) and "eval/acceptance_proxy" in row and "step" in row:
+            out.append([row["step"], row["eval/acceptance_proxy"]])
+    return out
+
+
+def drafts_to_evaluate(cfg: EvalConfig, run_dir: Path | None,
+                       errors: list[dict]) -> tuple[list[tuple[str, int | None]], str | None]:
     """(draft spec, training step or None): the run's checkpoints, the drafts asked for, and with anchors the
-    untrained cut of the same target layers (the self-speculative baseline). A run without checkpoints is
-    recorded in `errors`."""
+    untrained cut of the same target layers (the self-speculative baseline), returned apart as well. A run without
+    checkpoints and a draft whose specdistill.json is unreadable are recorded in `errors` and skipped."""
     todo: list[tuple[str, int | None]] = []
-    if cfg.run:
-        found = drafts_of_run(Path(cfg.run))
+    if run_dir:
+        found = drafts_of_run(run_dir)
         if not found:
-            errors.append({"draft": cfg.run, "error": f"no complete checkpoints in {cfg.run} (nothing to evaluate there)"})
-            print(f"warning: {errors[-1]['error']}", file=sys.stderr)
+            _skip(errors, str(run_dir), f"no complete checkpoints in {run_dir} (nothing to evaluate there)")
         todo += found[-1:] if cfg.checkpoints == "last" else found
     todo += [(d, None) for d in cfg.drafts]
+    metas = {}
+    for spec, _ in todo:
+        try:
+            metas[spec] = read_meta(spec)
+        except UserError as e:
+            _skip(errors, spec, str(e))
+    todo = [(d, s) for d, s in todo if d in metas]
+    anchor = None
     if cfg.hf_anchors():
-        layers = next((m["design"]["layers"] for d, _ in todo if (m := read_meta(d)).get("design")), None)
+        layers = next((m["design"]["layers"] for d, _ in todo if (m := metas[d]).get("design")), None)
         if isinstance(layers, list):
-            todo.append(("layers:" + ",".join(map(str, layers)), None))
-    return todo
+            anchor = "layers:" + ",".join(map(str, layers))
+            todo.append((anchor, None))
+    return todo, anchor
+
+
+def _skip(errors: list[dict], spec: str, reason: str) -> None:
+    """Record a draft that cannot be evaluated (report.json "errors", report.md) and say so now, on one line."""
+    reason = " ".join(reason.split())
+    errors.append({"draft": spec, "error": reason})
+    print(f"skipped {spec}: {reason}", file=sys.stderr, flush=True)
+
+
+def _grid(cfg: EvalConfig, spec: str, step: int | None, todo: list[tuple[str, int | None]]) -> list[tuple]:
+    """(candidates, lookup, γ) settings a draft runs at: the whole grid for the drafts asked for and the newest
+    checkpoint; the first setting only for the untrained anchor and earlier checkpoints (see plan_runs)."""
+    gammas, lookups, counts = cfg.gammas(), cfg.lookups(), cfg.candidate_counts()
+    return list(product(counts, lookups, gammas)) if _main(spec, step, todo) else [(counts[0], lookups[0], gammas[0])]
+
+
+def _main(spec: str, step: int | None, todo: list[tuple[str, int | None]]) -> bool:
+    """A draft asked for or the newest checkpoint (not the untrained anchor, not an earlier checkpoint)."""
+    newest = max((s for _, s in todo if s is not None), default=None)
+    return not spec.startswith("layers:") and (step is None or step == newest)
 
 
 def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, errors: list[dict]):
@@ -206,26 +282,23 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
 
     The γ x lookup x top-K grid goes to the drafts asked for and the newest checkpoint; the untrained anchor and
     the earlier checkpoints (the by-step curve) run at the first setting of each only, which keeps evaluation
-    time in check. transformers' assisted generation has no lookup and verifies one candidate per position, so
-    it runs next to the first lookup setting and candidates 1 only. A draft that does not load goes to `errors`."""
-    gammas, lookups, counts = cfg.gammas(), cfg.lookups(), cfg.candidate_counts()
-    newest = max((s for _, s in todo if s is not None), default=None)
+    time in check (_grid). transformers' assisted generation has no lookup and verifies one candidate per
+    position, so it runs next to the first lookup setting and candidates 1 only. A draft that does not load (a
+    missing folder, weights cut short) is skipped and recorded in `errors`: one bad draft never stops the others."""
     runs, labels = [], []
     for spec, step in todo:
         try:
             draft = load_draft(spec, target, tok, device=str(target.device))
         except (UserError, OSError, ValueError) as e:
-            errors.append({"draft": spec, "error": str(e)})
-            print(f"warning: draft {spec} skipped: {e}", file=sys.stderr)
+            _skip(errors, spec, str(e))
             continue
-        main = not spec.startswith("layers:") and (step is None or step == newest)
-        grid = product(counts, lookups, gammas) if main else [(counts[0], lookups[0], gammas[0])]
-        for k, n, g in grid:
+        main = _main(spec, step, todo)
+        for k, n, g in _grid(cfg, spec, step, todo):
             bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
                                max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
                                lookup_tokens=cfg.lookup_tokens, candidates=k, draft_weights=cfg.draft_weights,
                                temperature=cfg.temperature, seed=cfg.seed, device=str(target.device), dtype=cfg.dtype)
-            runs.append((draft, bcfg, cfg.hf_anchors() and main and n == lookups[0] and k == 1))
+            runs.append((draft, bcfg, cfg.hf_anchors() and main and n == cfg.lookups()[0] and k == 1))
             labels.append((spec, step, n, k))
     return runs, labels
 
@@ -234,9 +307,7 @@ def vllm_drafts(cfg: EvalConfig, todo: list[tuple[str, int | None]], errors: lis
     """(draft, label) for vLLM's anchor: the drafts asked for and the newest checkpoint, as in our main grid (each
     costs vLLM an engine start), less those that did not load."""
     failed = {e["draft"] for e in errors}
-    newest = max((s for _, s in todo if s is not None), default=None)
-    return [(spec, _label(spec, step)) for spec, step in todo
-            if spec not in failed and not spec.startswith("layers:") and (step is None or step == newest)]
+    return [(spec, _label(spec, step)) for spec, step in todo if spec not in failed and _main(spec, step, todo)]
 
 
 def old_flags(argv: list[str]) -> list[str]:
@@ -249,5 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     _, result = cli.run_job(EvalConfig, run, argv, __doc__)
     from distill.evaluate import report
 
+    for x in result["errors"]:  # again at the end: the first time scrolled away under the progress lines
+        print(f"skipped {x['draft']}: {x['error']}")
     print(report.headline(result))
     print(json.dumps({k: result[k] for k in ("output", "best", "errors")}))

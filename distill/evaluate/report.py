@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,20 +177,37 @@ class ReportConfig:
     eval_dir: str = field(default="", metadata={"positional": True, "help": "a folder written by distill.evaluate"})
 
 
-def main(argv: list[str] | None = None) -> None:
+def load(out: Path) -> dict:
+    """EVAL_DIR/report.json, checked to be one distill.evaluate wrote."""
+    path = out / "report.json"
+    if out.is_file():
+        raise UserError(f"{out} is a file; pass the folder python -m distill.evaluate wrote (it holds report.json)")
+    if not path.is_file():
+        raise UserError(f"{path} not found; run python -m distill.evaluate --output {out} first")
     try:
-        cfg = cli.parse(ReportConfig, argv, __doc__)
-    except UserError as e:
-        sys.exit(f"error: {e}")
+        result = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is not valid JSON ({e}); rerun python -m distill.evaluate --output {out}") from None
+    if not isinstance(result, dict) or not isinstance(result.get("entries"), list):
+        raise UserError(f"{path} is not a distill.evaluate report (no 'entries' list); pass the folder "
+                        "python -m distill.evaluate wrote")
+    return result
+
+
+def rewrite(cfg: ReportConfig, argv=None) -> dict:
+    """report.md from report.json again (no re-measuring); the plots already there are linked."""
     out = Path(cfg.eval_dir)
-    if not (out / "report.json").is_file():
-        sys.exit(f"error: {out / 'report.json'} not found; run python -m distill.evaluate --output {out} first")
-    result = json.loads((out / "report.json").read_text())
-    if result.get("entries"):
+    result = load(out)
+    if result["entries"]:
         result["best"] = best(result["entries"])
     pngs = [name for name in PLOT_FILES if (out / name).is_file()]
     (out / "report.md").write_text(markdown(result, pngs))
     result["output"] = str(out)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    _, result = cli.run_job(ReportConfig, rewrite, argv, __doc__)
     print(headline(result))
 
 
