@@ -1,0 +1,126 @@
+"""Bad inputs to distill.collect (and distill.collect.bench) and decode.bench: prompt files, numbers, devices,
+damaged or mismatched models. Each stops before any generation; most before a model loads."""
+
+import json
+import os
+import shutil
+import sys
+
+from badinputs import Case
+
+GOOD = {"id": "a", "category": "chat", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _prompts(env, lines: list, name: str = "p.jsonl") -> str:
+    """A prompt file of these lines (dicts become JSON, str are written as they are, bytes as bytes)."""
+    p = env.tmp / name
+    p.write_bytes(b"".join(x if isinstance(x, bytes) else (x if isinstance(x, str) else json.dumps(x)).encode() + b"\n"
+                           for x in lines))
+    return str(p)
+
+
+def _collect(env, *args) -> list[str]:
+    return ["--target", env.base.target, "--output", str(env.tmp / "out"), "--max-new-tokens", "2", *args]
+
+
+def _bench(env, *args) -> list[str]:
+    return ["--target", env.base.target, "--draft", "layers:0", "--prompts", _prompts(env, [GOOD], "good.jsonl"),
+            "--max-new-tokens", "2", *args]
+
+
+def _truncated(env) -> str:
+    """A copy of the tiny target whose model.safetensors is cut in half (a full disk, a killed copy)."""
+    folder = env.tmp / "truncated"
+    shutil.copytree(env.base.target, folder)
+    weights = folder / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    return str(folder)
+
+
+def _other_tokenizer(env) -> str:
+    """The tiny target's weights with a tokenizer one token larger: a draft that does not speak the target's ids."""
+    folder = env.shared / "other-tokenizer"
+    if not folder.exists():
+        from transformers import AutoTokenizer
+
+        shutil.copytree(env.base.target, folder)
+        tok = AutoTokenizer.from_pretrained(folder)
+        tok.add_tokens(["<specdistill-extra>"])
+        tok.save_pretrained(folder)
+    return str(folder)
+
+
+LONG = {"id": "long", "prompt": " ".join(["lorem ipsum dolor sit amet"] * 120)}  # ~600 tokens; the target has 512
+
+CASES = [
+    # --- distill.collect: numbers
+    Case("collect", "--limit -1", lambda env: _collect(env, "--limit", "-1"), "--limit must be >= 0"),
+    Case("collect", "--max-new-tokens 0", lambda env: _collect(env, "--max-new-tokens", "0"),
+         "--max-new-tokens must be >= 1"),
+    Case("collect", "--batch-size 2.5", lambda env: _collect(env, "--batch-size", "2.5"), "--batch-size: cannot parse"),
+    Case("collect", "--topk -1", lambda env: _collect(env, "--topk", "-1"), "--topk must be >= 0"),
+    Case("collect", "--topk larger than the vocabulary",
+         lambda env: _collect(env, "--prompts", _prompts(env, [GOOD]), "--topk", "100000"),
+         "is larger than the target's vocabulary"),
+    Case("collect", "--temperature -1", lambda env: _collect(env, "--temperature", "-1"), "temperature must be >= 0"),
+    Case("collect", "--shard-index past --num-shards", lambda env: _collect(env, "--num-shards", "2", "--shard-index", "2"),
+         "--shard-index 2 is outside 0..1"),
+    Case("collect", "--tensor-parallel-size 0", lambda env: _collect(env, "--tensor-parallel-size", "0"),
+         "--tensor-parallel-size must be >= 1"),
+    Case("collect", "--mode that does not exist", lambda env: _collect(env, "--mode", "distill"),
+         "--mode must be 'generate' or 'score'"),
+    Case("collect", "--dtype that does not exist", lambda env: _collect(env, "--dtype", "float8"), "unknown --dtype"),
+    Case("collect", "--device cuda on a machine without a GPU", lambda env: _collect(env, "--device", "cuda"),
+         "--device cuda: no CUDA GPU is visible"),
+    Case("collect", "--device with a typo", lambda env: _collect(env, "--device", "cdu"), "is not a device"),
+    # --- distill.collect: prompts
+    Case("collect", "a prompt file saved as Latin-1",
+         lambda env: _collect(env, "--prompts", _prompts(env, [GOOD, '{"id": "b", "prompt": "café"}'.encode("latin-1")])),
+         ":2: not UTF-8 text"),
+    Case("collect", "an empty prompt file", lambda env: _collect(env, "--prompts", _prompts(env, ["", ""])),
+         "prompt file is empty"),
+    Case("collect", "a malformed JSON line", lambda env: _collect(env, "--prompts", _prompts(env, [GOOD, '{"id": "b",'])),
+         ":2: malformed JSON"),
+    Case("collect", "a prompt without an id", lambda env: _collect(env, "--prompts", _prompts(env, [{"prompt": "x"}])),
+         ":1: missing field 'id'"),
+    Case("collect", "a prompt with both messages and prompt",
+         lambda env: _collect(env, "--prompts", _prompts(env, [{**GOOD, "prompt": "x"}])), "give exactly one of"),
+    Case("collect", "a prompt set name that does not exist", lambda env: _collect(env, "--prompts", "helduot"),
+         "prompts not found: 'helduot'"),
+    Case("collect", "a prompt file that does not exist",
+         lambda env: _collect(env, "--prompts", str(env.tmp / "missing.jsonl")), "prompt file not found"),
+    Case("collect", "--categories naming no category of the prompts",
+         lambda env: _collect(env, "--prompts", _prompts(env, [GOOD]), "--categories", "poetry"),
+         "unknown category ['poetry']"),
+    Case("collect", "a prompt longer than the target's context",
+         lambda env: _collect(env, "--prompts", _prompts(env, [GOOD, LONG])), "exceeds the model's context of 512"),
+    # --- distill.collect: models
+    Case("collect", "--target folder that does not exist",
+         lambda env: _collect(env, "--target", str(env.tmp / "no-model"), "--prompts", _prompts(env, [GOOD])),
+         "model not found"),
+    Case("collect", "--target with a truncated model.safetensors",
+         lambda env: _collect(env, "--target", _truncated(env), "--prompts", _prompts(env, [GOOD])),
+         "model.safetensors is damaged or incomplete"),
+    Case("collect", "distill.collect.bench --n 0", lambda env: [sys.executable, "-m", "distill.collect.bench", "--n", "0"],
+         "--n must be >= 1", process=True),
+    # --- decode.bench
+    Case("bench", "--gamma 100000", lambda env: _bench(env, "--gamma", "100000"), "--gamma must be in 1..64"),
+    Case("bench", "--gamma 0", lambda env: _bench(env, "--gamma", "0"), "--gamma must be in 1..64"),
+    Case("bench", "--gamma four", lambda env: _bench(env, "--gamma", "four"), "--gamma: cannot parse 'four'"),
+    Case("bench", "--candidates 1000", lambda env: _bench(env, "--candidates", "1000"), "--candidates must be in 1..64"),
+    Case("bench", "--limit -1", lambda env: _bench(env, "--limit", "-1"), "--limit must be >= 0"),
+    Case("bench", "--schedule that does not exist", lambda env: _bench(env, "--schedule", "fastest"),
+         "--schedule must be one of"),
+    Case("bench", "--device mps on a machine without it", lambda env: _bench(env, "--device", "mps"),
+         "--device mps: Apple's MPS is not available"),
+    Case("bench", "--prompts given a prompt set name", lambda env: _bench(env, "--prompts", "heldout"),
+         "prompt file not found: heldout"),
+    Case("bench", "--prompts saved as UTF-16",
+         lambda env: _bench(env, "--prompts", _prompts(env, [json.dumps(GOOD).encode("utf-16")])), "not UTF-8 text"),
+    Case("bench", "a draft with a different tokenizer", lambda env: _bench(env, "--draft", _other_tokenizer(env)),
+         "the draft's tokenizer differs from the target's: vocabulary size"),
+    Case("bench", "a draft with a truncated model.safetensors", lambda env: _bench(env, "--draft", _truncated(env)),
+         "is damaged or incomplete"),
+    Case("bench", "a prompt longer than the target's context",
+         lambda env: _bench(env, "--prompts", _prompts(env, [GOOD, LONG])), "exceeds the model's context"),
+]
