@@ -103,8 +103,10 @@ def load_shard(out: Path, shard: Path) -> datasets.Dataset:
 def recollect_command(out: Path) -> str:
     """The command that resumes this collection (collecting only the prompts no shard holds): the recorded one,
     else collect with the collection's saved config."""
-    info = next((json.loads((out / n).read_text()) for n in ("collect.json",) if (out / n).is_file()), {})
-    command = info.get("command") or ""
+    try:
+        command = json.loads((out / "collect.json").read_text()).get("command") or ""
+    except (OSError, ValueError, AttributeError):  # none yet, or torn: the saved config still resumes it
+        command = ""
     if len(command.split()) > 3:  # more than `python -m distill.collect`: the run's own arguments are there
         return f"`{command}`"
     return f"`python -m distill.collect --config {out / 'collect.config.json'} --output {out}`"
@@ -153,16 +155,23 @@ def shard_meta(out: Path) -> list[dict]:
 def load_collected(path: str | Path) -> datasets.Dataset:
     """The collected dataset: all shards as one `datasets.Dataset`."""
     out = Path(path)
+    if not out.is_dir():
+        raise UserError(f"{out} does not exist; give the --output folder of a `python -m distill.collect` run")
     shards = shard_dirs(out)
     if not shards:
         raise UserError(f"{out} holds no collected data (no shards); run `python -m distill.collect --output {out}` first")
     return datasets.concatenate_datasets([load_shard(out, s) for s in shards])
 
 
-def collect_info(path: str | Path) -> dict:
-    """collect.json of a finished collection (falls back to the settings of an unfinished one)."""
+def collect_info(path: str | Path, flag: str = "--data") -> dict:
+    """collect.json of a finished collection (falls back to the settings of an unfinished one); `flag`: the option
+    that named the folder, for the message when it is not one."""
     out = Path(path)
     for name in ("collect.json", "collect.settings.json"):
         if (out / name).is_file():
-            return json.loads((out / name).read_text())
-    raise UserError(f"{out} is not a collected dataset (no collect.json); point --data at the output of distill.collect")
+            try:
+                return json.loads((out / name).read_text())
+            except ValueError as e:  # torn by a copy or an edit
+                raise UserError(f"{out / name} is not valid JSON ({e}); rerun {recollect_command(out)} to "
+                                "rewrite it") from None
+    raise UserError(f"{out} is not a collected dataset (no collect.json); point {flag} at the output of distill.collect")

@@ -98,7 +98,8 @@ def load_pickled(f: Path, ckpt: Path):
         with torch.serialization.safe_globals(_safe_globals()):
             return torch.load(f, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        what = next((x.strip() for x in str(e).splitlines() if "GLOBAL" in x), str(e).splitlines()[0][:200])
+        found = re.search(r"GLOBAL [\w.]+", str(e))  # torch names the refused callable: "GLOBAL posix.system"
+        what = found.group(0) if found else _reason(e)
         raise Refused(f"{f} holds an object a checkpoint never holds ({what}), so it was not loaded: the file was "
                       f"crafted or comes from another program. Delete {ckpt} (to resume from the previous "
                       "checkpoint) or the run dir (to start over)") from None
@@ -128,8 +129,13 @@ def unreadable(ckpt: Path, process_index: int = 0) -> tuple[Path, str] | None:
         except Refused:
             raise
         except Exception as e:  # whatever a torn file raises, it is the culprit
-            return f, (str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+            return f, _reason(e)
     return None
+
+
+def _reason(e: Exception) -> str:
+    """An exception's first sentence: torch and safetensors follow it with paragraphs of advice."""
+    return str(e).splitlines()[0].split(". ")[0][:200] if str(e).strip() else type(e).__name__
 
 
 RNG_KEYS = {"random_state", "numpy_random_seed", "torch_manual_seed"}
@@ -148,7 +154,7 @@ def resume(accelerator, run_dir: Path) -> dict | None:
                 accelerator.load_state(str(ckpt))
                 return {**state, "path": str(ckpt)}
         except Exception as e:  # e.g. a checkpoint of another design: its tensors do not fit this draft
-            bad = (getattr(e, "filename", None), str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+            bad = (getattr(e, "filename", None), _reason(e))
         what = f"{bad[0]} is unreadable ({bad[1]})" if bad[0] else f"it does not load ({bad[1]})"
         first = first or what
         print(f"warning: checkpoint {ckpt} skipped: {what}; falling back to the previous one", file=sys.stderr)

@@ -29,8 +29,8 @@ class Data:
 
 def load_data(cfg: TrainConfig, tok) -> Data:
     data_dirs = cfg.data if isinstance(cfg.data, list) else [cfg.data]
-    for d in data_dirs + ([cfg.eval_data] if cfg.eval_data else []):
-        info = collect_info(d)
+    for d, flag in [(d, "--data") for d in data_dirs] + ([(cfg.eval_data, "--eval-data")] if cfg.eval_data else []):
+        info = collect_info(d, flag)
         if info.get("tokenizer") != tokenizer_fingerprint(tok):
             raise UserError(f"{d} was collected with another tokenizer (target {info.get('target')!r}); "
                             f"collect data with --target {cfg.target} or train against that target")
