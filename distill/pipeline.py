@@ -13,19 +13,24 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+import yaml
 from transformers import AutoConfig
 
 from decode import cli
 from decode.errors import UserError
 from decode.runners import FAST_MODEL_TYPES, FastLlama
-from decode.targets import resolve
+from decode.targets import load_tokenizer, resolve
 from distill import collect, evaluate, train
+from distill.collect import shards, vllm_engine
+from distill.collect.job import SETTINGS_SINCE
 from distill.evaluate.report import headline
+from distill.prompts import load_prompts
 from distill.train import copy_circuit
 
 TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` runs
@@ -53,12 +58,27 @@ class PipelineConfig:
     }
 
 
-def stage_config(cls, base: dict, overrides: dict, name: str):
+def section_values(cls, overrides, where: str) -> dict:
+    """A stage section as `cls` takes it: a mapping of its own options, each of the field's type (ints in float
+    fields made floats); anything else fails naming the section (`where`) and the option."""
+    if not isinstance(overrides, dict):
+        raise UserError(f"{where} must be a mapping of option: value, got {overrides!r}")
     valid = {f.name for f in fields(cls)}
     unknown = sorted(set(overrides) - valid)
     if unknown:
-        raise UserError(f"pipeline `{name}` section: unknown option(s) {unknown}; valid: {sorted(valid)}")
-    return cls(**{**base, **overrides})
+        raise UserError(f"{where}: unknown option(s) {unknown}; valid: {sorted(valid)}")
+    return cli.check_values(cls, overrides, where)
+
+
+def stage_config(cls, base: dict, overrides: dict, name: str, job: str = "pipeline"):
+    """One stage's config from the job's wiring (`base`) and the user's section (`overrides`): unknown keys, wrong
+    types and the config's own __post_init__ checks all fail here, naming the section."""
+    where = f"{job} `{name}` section"
+    values = {**base, **section_values(cls, overrides, where)}
+    try:
+        return cls(**values)
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 def data_stages(target: str, out: Path, collect_over: dict, heldout_over: dict):
@@ -76,7 +96,10 @@ def fit_to_target(target: str, t, e):
     The default recipe's Llama-only parts are left out for other architectures, each with a note that says why
     (the copy circuit's hand-built layers; top-K candidates, which need the FastLlama runner); everything else
     the target's config alone can refuse is refused here, before collection."""
-    tc = AutoConfig.from_pretrained(resolve(target))
+    try:
+        tc = AutoConfig.from_pretrained(resolve(target))
+    except (OSError, ValueError) as err:  # a Hub id the Hub does not know (or cannot be reached), a bad config
+        raise UserError(f"target {target!r}: cannot read its config ({str(err).splitlines()[0]})") from None
     notes = []
     if t.copy_circuit:
         try:
@@ -93,24 +116,67 @@ def fit_to_target(target: str, t, e):
     return t, e, notes
 
 
-def run(cfg: PipelineConfig, argv: list[str]) -> dict:
-    out = Path(cfg.output)
-    out.mkdir(parents=True, exist_ok=True)
-    cli.save(cfg, out / "pipeline.config.json")
-    s = {k: getattr(cfg, k) for k in cfg.SECTIONS}  # YAML < preset < flags, merged by cli.parse
-    command = "python -m distill.pipeline " + " ".join(argv)  # recorded by every stage it runs
-    timings = {}
+def output_folder(cfg: PipelineConfig, argv: list[str]) -> str:
+    """Where this run writes. A preset's run gets its own folder (the YAML's or default output + `-PRESET`) unless
+    --output is on the command line: a quick look must not leave a collection the full run then refuses."""
+    given = any(len(a.split("=")[0]) > 2 and "--output".startswith(a.split("=")[0]) for a in argv)  # argparse takes --out
+    if cfg.preset and not given:
+        return f"{cfg.output.rstrip('/')}-{cfg.preset}"
+    return cfg.output
 
-    # --- every stage's settings, and what the target's config alone can refuse, before the first stage runs:
-    # collection takes minutes here and hours on a large target
+
+def check_data(target: str, stages) -> None:
+    """Each collection's prompts load, and a collection already on disk was made with the same settings (else
+    collect would refuse it, the held-out one only after the train collection ran)."""
+    tok = load_tokenizer(target)
+    for c in stages:
+        load_prompts(c.prompts, c.columns, c.split, c.categories or None, c.limit)
+        if c.resolved_engine() == "vllm":
+            vllm_engine.require()
+        if (Path(c.output) / "collect.settings.json").is_file():  # compares only; nothing is written
+            settings = {**c.settings(), "tokenizer": shards.tokenizer_fingerprint(tok)}
+            shards.guard_settings(Path(c.output), settings, SETTINGS_SINCE)
+
+
+def check_accelerate_config(path: str) -> None:
+    """The file `accelerate launch --config_file` gets is there and is a YAML mapping, and accelerate is on PATH."""
+    flag = f"--accelerate-config {path}"
+    if not Path(path).is_file():
+        raise UserError(f"{flag}: no such file; give an accelerate config such as configs/accelerate/ddp.yaml")
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:
+        raise UserError(f"{flag}: malformed YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{flag}: expected accelerate's settings as a YAML mapping, got {type(data).__name__}")
+    if shutil.which("accelerate") is None:
+        raise UserError(f"{flag}: the `accelerate` command is not on PATH; install accelerate or leave the flag out")
+
+
+def plan(cfg: PipelineConfig, out: Path):
+    """Every stage's config, checked before the first stage runs (collection takes minutes here and hours on a
+    large target): each section's keys, types and checks, the recipe against the target's architecture, the
+    prompt sets, the accelerate config. Returns (collect, heldout, train, evaluate configs, notes)."""
+    s = {k: getattr(cfg, k) for k in cfg.SECTIONS}  # YAML < preset < flags, merged by cli.parse
+    if cfg.accelerate_config:
+        check_accelerate_config(cfg.accelerate_config)
     c, h = data_stages(cfg.target, out, s["collect"], s["heldout"])
     t = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
                                          "output": str(out / "train")}, s["train"], "train")
     e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")},
                      s["evaluate"], "evaluate")
     t, e, notes = fit_to_target(cfg.target, t, e)
-    for note in notes:
-        print(f"pipeline: {note}", flush=True)
+    check_data(cfg.target, (c, h))
+    load_prompts(e.prompts, categories=e.categories or None, limit=e.limit, spread=True)
+    if e.anchors == "vllm":
+        vllm_engine.require("--anchors vllm")
+    return c, h, t, e, notes
+
+
+def run_stages(cfg: PipelineConfig, out: Path, stages, command: str) -> tuple[dict, dict]:
+    """collect (train and held-out prompts) -> train -> evaluate, each resuming; (evaluation result, timings)."""
+    c, h, t, e = stages
+    timings = {}
 
     t0 = time.perf_counter()
     print(f"== collect: target outputs on the train prompts -> {c.output}", flush=True)
@@ -123,8 +189,6 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     print(f"== train -> {out / 'train'}", flush=True)
     if cfg.accelerate_config:
         yaml_path = out / "train.yaml"
-        import yaml
-
         yaml_path.write_text(yaml.safe_dump(cli.to_dict(t)))
         cmd = ["accelerate", "launch", "--config_file", cfg.accelerate_config, str(TRAIN_SCRIPT), "--config", str(yaml_path)]
         print("   " + " ".join(cmd), flush=True)
@@ -138,6 +202,21 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     print(f"== evaluate -> {out / 'eval'}", flush=True)
     result = evaluate.run(e, command=command)
     timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
+    return result, timings
+
+
+def run(cfg: PipelineConfig, argv: list[str]) -> dict:
+    cfg = replace(cfg, output=output_folder(cfg, argv))
+    cli.check_output(cfg.output)
+    out = Path(cfg.output)
+    print(f"pipeline: writing to {out}" + (f" (preset {cfg.preset})" if cfg.preset else ""), flush=True)
+    c, h, t, e, notes = plan(cfg, out)
+    out.mkdir(parents=True, exist_ok=True)
+    cli.save(cfg, out / "pipeline.config.json")
+    command = "python -m distill.pipeline " + " ".join(argv)  # recorded by every stage it runs
+    for note in notes:
+        print(f"pipeline: {note}", flush=True)
+    result, timings = run_stages(cfg, out, (c, h, t, e), command)
     summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"), "timings": timings,
                "left_out": notes}
     (out / "pipeline.json").write_text(json.dumps(summary, indent=2) + "\n")

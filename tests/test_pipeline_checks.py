@@ -62,3 +62,57 @@ def test_a_bad_stage_option_is_refused_before_collection(tmp_path):
         pipeline.main(["--config", str(REPO / "configs/pipeline/default.yaml"), "--output", str(out),
                        "--evaluate", "{gama: 3}"])
     assert not (out / "collect").exists()
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--train", "{max_steps: ten}", "pipeline `train` section: max_steps must be an int, got 'ten'"),
+    ("--evaluate", "{gamma: [2, two]}", "pipeline `evaluate` section: gamma must be an int or a list of ints"),
+    ("--collect", "{max_new_tokens: 1.5}", "pipeline `collect` section: max_new_tokens must be an int"),
+    ("--train", "{loss: {fkl: 1.0, kld: 1.0}}", "pipeline `train` section: --loss"),
+    ("--heldout", "{categories: [poetry]}", "unknown category ['poetry']"),
+    ("--evaluate", "{prompts: no-such-prompts.jsonl}", "no-such-prompts.jsonl"),
+    ("--accelerate-config", "no-such-accelerate.yaml", "--accelerate-config no-such-accelerate.yaml: no such file"),
+])
+def test_every_section_is_checked_before_collection(tmp_path, flag, value, message):
+    """Before, a wrong type passed the section check and failed (with a traceback) where the stage used it, and the
+    held-out and evaluate prompts were only read after the train collection (and training) ran."""
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exc:
+        pipeline.main(["--config", str(REPO / "configs/pipeline/default.yaml"), "--output", str(out), flag, value])
+    assert str(exc.value.code).startswith("error: ") and message in str(exc.value.code), exc.value.code
+    assert not (out / "collect").exists() and not (out / "heldout").exists()
+
+
+def test_a_held_out_collection_with_other_settings_is_refused_before_the_train_collection(tmp_path):
+    out = tmp_path / "run"
+    (out / "heldout").mkdir(parents=True)
+    (out / "heldout" / "collect.settings.json").write_text('{"limit": 3}')
+    with pytest.raises(SystemExit, match=r"run/heldout holds a collection made with other settings"):
+        pipeline.main(["--config", str(REPO / "configs/pipeline/default.yaml"), "--output", str(out)])
+    assert not (out / "collect").exists()
+
+
+@pytest.mark.parametrize("argv, folder", [
+    (["--config", "configs/pipeline/default.yaml", "--preset", "quick"], "runs/pipeline-default-quick"),
+    (["--preset", "quick"], "runs/pipeline-quick"),
+    (["--config", "configs/pipeline/default.yaml"], "runs/pipeline-default"),
+    (["--config", "configs/pipeline/default.yaml", "--preset", "quick", "--output", "runs/mine"], "runs/mine"),
+    (["--config", "configs/pipeline/default.yaml", "--preset", "quick", "--out=runs/mine"], "runs/mine"),
+])
+def test_a_preset_writes_to_its_own_folder_unless_output_is_given(tmp_path, monkeypatch, capsys, argv, folder):
+    """Before, `--preset quick` wrote to runs/pipeline-default, and the full run that followed refused the quick
+    run's collection there (`holds a collection made with other settings`)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs/pipeline").mkdir(parents=True)
+    (tmp_path / "configs/pipeline/default.yaml").write_text((REPO / "configs/pipeline/default.yaml").read_text())
+    seen = {}
+
+    def stages(cfg, out, configs, command):
+        seen.update(out=out, collect=configs[0].output)
+        return {"best": None}, {}
+
+    monkeypatch.setattr(pipeline, "run_stages", stages)
+    monkeypatch.setattr(pipeline, "headline", lambda result: "")
+    pipeline.main(argv)
+    assert seen["out"] == Path(folder) and seen["collect"] == f"{folder}/collect"
+    assert f"pipeline: writing to {folder}" in capsys.readouterr().out
