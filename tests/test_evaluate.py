@@ -324,6 +324,9 @@ def test_a_run_without_checkpoints_stops_before_any_model_loads(tiny_pair, tmp_p
     _run_with_checkpoint(pipe / "train", tiny_pair["good"])
     with pytest.raises(UserError, match=f"no complete checkpoints in {pipe}, nothing to evaluate; pass --run {pipe}/train"):
         evaluate.run(_cfg(tiny_pair, tmp_path / "eval", run=str(pipe)))
+    (pipe / "eval").mkdir()  # the pipeline's report folder named instead of its training run
+    with pytest.raises(UserError, match=f"no complete checkpoints in {pipe}/eval, .*; pass --run {pipe}/train"):
+        evaluate.run(_cfg(tiny_pair, tmp_path / "eval", run=str(pipe / "eval")))
     with pytest.raises(UserError, match="is a file"):
         evaluate.run(_cfg(tiny_pair, tmp_path / "eval", run=tiny_pair["prompts"]))
 

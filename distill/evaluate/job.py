@@ -2,10 +2,13 @@
 model's prediction next to the measurement, per prompt category, plus the anchors users compare against.
 
     python -m distill.evaluate --run runs/train-default            # every checkpoint of a training run
+    python -m distill.evaluate --run runs/pipeline-default --limit 8   # a pipeline folder: its train/ run
     python -m distill.evaluate --drafts D1 D2 --gamma "[2, 4, 6]"   # any drafts, several γ
     python -m distill.evaluate --drafts D1 --anchors vllm           # also vLLM's own numbers (vllm_anchors.py)
 
 Writes EVAL_DIR/report.json (one entry per draft × γ, the result schema of docs/architecture.md), report.md and PNG plots.
+A draft that does not load is skipped and listed ("skipped DRAFT: reason"); with none left the job fails. Timings
+that cannot be right (timing.py) are named at the top of report.md and in the headline.
 Anchors, under the same settings: the target alone (in every entry), transformers' assisted generation with
 the same draft, transformers' prompt-lookup decoding, and an untrained draft cut from the same target layers;
 with --anchors vllm also vLLM's target alone, vLLM with each draft (draft_model) and vLLM's n-gram lookup.
@@ -207,7 +210,10 @@ def training_run(spec: str, other_drafts: bool) -> Path:
               f"pipeline's own report in {run_dir / 'eval'} is left as it is)", file=sys.stderr, flush=True)
         run_dir = run_dir / "train"
     if not drafts_of_run(run_dir) and not other_drafts:
-        inner = [p for p in sorted(run_dir.iterdir()) if p.is_dir() and drafts_of_run(p)]
+        # the folder the user likely meant: one inside (a pipeline's train/) or beside it (eval/ next to train/)
+        parent = run_dir.parent if run_dir.name else run_dir.resolve().parent
+        near = [*sorted(run_dir.iterdir()), *sorted(parent.iterdir())]
+        inner = [p for p in near if p.is_dir() and drafts_of_run(p)]
         hint = f"--run {inner[0]}" if inner else "a training run folder (checkpoint-N/hf inside)"
         raise UserError(f"no complete checkpoints in {run_dir}, nothing to evaluate; pass {hint}")
     return run_dir
