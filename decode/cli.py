@@ -60,17 +60,20 @@ class JobParser(HfArgumentParser):
 
     def __init__(self, cls, doc: str | None = None):
         self.hints = typing.get_type_hints(cls)
-        super().__init__(cls, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+        super().__init__(cls, prog=_prog(cls), description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
         self.add_argument("--config", help="YAML file overriding the defaults (command-line flags override it)")
         defaults = {f.name: f.default if f.default is not dataclasses.MISSING else "(computed)"
                     for f in dataclasses.fields(cls)}
         for action in self._actions:
-            if action.dest in defaults and not getattr(action, "_yaml", False) and action.dest != "preset":
+            if not action.option_strings or action.dest not in defaults:
+                continue  # -h, --config, a positional argument (it has no default to show)
+            # --max-new-tokens before --max_new_tokens: usage lines show the first spelling, the README the hyphens
+            action.option_strings.sort(key=lambda o: "_" in o)
+            if not getattr(action, "_yaml", False) and action.dest != "preset":
                 action.help = f"{action.help or ''} [default: {defaults[action.dest]}]"
                 if action.type in (int, float):
-                    action.type = _strict(action.type, action.option_strings[-1] if action.option_strings else action.dest)
-            if action.dest in defaults and action.option_strings:
-                action.default = argparse.SUPPRESS
+                    action.type = _strict(action.type, action.option_strings[0])
+            action.default = argparse.SUPPRESS
 
     def _add_dataclass_arguments(self, dtype):
         presets = getattr(dtype, "PRESETS", {})
@@ -92,6 +95,14 @@ class JobParser(HfArgumentParser):
                                            nargs=None if _base(f.type) is dict else "+", metavar="YAML",
                                            help=f"{help_text} [default: {default}]")
                 action._yaml = True
+
+
+def _prog(cls) -> str | None:
+    """`python -m distill.collect` for the usage line when the job runs as a module (argparse would say
+    `__main__.py`); None (the script's name) otherwise, e.g. under accelerate launch or when called in-process."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = spec.name.removesuffix(".__main__") if spec is not None else ""
+    return f"python -m {name}" if name and cls.__module__.startswith((name, "__main__")) else None
 
 
 def _strict(convert, flag: str):

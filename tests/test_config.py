@@ -196,6 +196,27 @@ def test_help_shows_field_help_and_defaults(capsys):
     assert "--no-chat-template" in text and "--preset" not in text  # CollectConfig has no presets
 
 
+@dataclass
+class WithPositional:
+    folder: str = field(default="", metadata={"help": "a folder", "positional": True})
+    max_rows: int = field(default=3, metadata={"help": "rows"})
+
+
+def test_help_usage_spells_flags_with_hyphens_and_names_the_module(capsys, monkeypatch):
+    """Before: `usage: __main__.py ... [--max_new_tokens MAX_NEW_TOKENS]`, and `[default: ]` on a positional."""
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=types.SimpleNamespace(name=__name__)))
+    with pytest.raises(SystemExit):
+        parse(["--help"], WithPositional)
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: python -m {__name__} ") and "[--max-rows MAX_ROWS]" in text
+    assert "--max-rows MAX_ROWS, --max_rows MAX_ROWS" in text and "a folder\n" in text and "[default: ]" not in text
+    with pytest.raises(UserError, match="^--max-rows: cannot parse 'x'"):
+        parse(["x", "--max_rows", "x"], WithPositional)
+
+
 # --- presets ------------------------------------------------------------------------------------------------------
 
 
