@@ -339,6 +339,15 @@ def test_a_corrupt_rng_file_is_named_not_swallowed(run_a, interrupted, tiny_coll
         _train(_argv(tiny_collected, run))
 
 
+def test_a_missing_rng_file_of_any_rank_is_named(interrupted, tmp_path):
+    """Every rank checks every rank's file, so all of them skip the same checkpoint."""
+    ckpt = shutil.copytree(interrupted / "checkpoint-000004", tmp_path / "checkpoint-000004")
+    assert checkpoints.unreadable(ckpt) is None
+    assert checkpoints.unreadable(ckpt, world=2) == (ckpt / "random_states_1.pkl", "missing")
+    (ckpt / "random_states_0.pkl").unlink()
+    assert checkpoints.unreadable(ckpt) == (ckpt / "random_states_0.pkl", "missing")
+
+
 def test_metrics_rows_past_the_checkpoint_are_dropped_atomically(tmp_path):
     from distill.tracking import Tracker
 

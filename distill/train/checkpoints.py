@@ -105,15 +105,16 @@ def load_pickled(f: Path, ckpt: Path):
                       "checkpoint) or the run dir (to start over)") from None
 
 
-def unreadable(ckpt: Path, process_index: int = 0) -> tuple[Path, str] | None:
+def unreadable(ckpt: Path, world: int = 1) -> tuple[Path, str] | None:
     """(the first state file in `ckpt` that does not load, why) or None; pickled files only as load_pickled reads
-    them (a crafted one raises Refused). This process's RNG file must be there and hold the RNG states, since
-    accelerate's load_state silently resumes without them otherwise."""
+    them (a crafted one raises Refused). Each of the `world` processes' RNG files must be there and hold the RNG
+    states, since accelerate's load_state silently resumes without them otherwise. Every rank checks every file,
+    so all ranks take the same decision."""
     from safetensors import safe_open
 
-    rng = ckpt / f"random_states_{process_index}.pkl"
-    if not rng.is_file():
-        return rng, "missing"
+    for rng in (ckpt / f"random_states_{i}.pkl" for i in range(world)):
+        if not rng.is_file():
+            return rng, "missing"
     for f in sorted(p for p in ckpt.rglob("*") if p.is_file() and p.relative_to(ckpt).parts[0] != "hf"):
         try:
             if f.suffix == ".safetensors":
@@ -147,7 +148,7 @@ def resume(accelerator, run_dir: Path) -> dict | None:
     weights_only=False) reads any of them."""
     first = None  # the newest checkpoint's problem, named again if none loads
     for ckpt in complete(run_dir):
-        bad = unreadable(ckpt, accelerator.process_index)
+        bad = unreadable(ckpt, accelerator.num_processes)
         try:
             if bad is None:
                 state = json.loads((ckpt / STATE_FILE).read_text())
