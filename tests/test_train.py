@@ -343,7 +343,8 @@ def test_a_missing_rng_file_of_any_rank_is_named(interrupted, tmp_path):
     """Every rank checks every rank's file, so all of them skip the same checkpoint."""
     ckpt = shutil.copytree(interrupted / "checkpoint-000004", tmp_path / "checkpoint-000004")
     assert checkpoints.unreadable(ckpt) is None
-    assert checkpoints.unreadable(ckpt, world=2) == (ckpt / "random_states_1.pkl", "missing")
+    assert checkpoints.unreadable(ckpt, world=2) == (
+        ckpt / "random_states_1.pkl", "missing; resume with the processes it was saved by, not 2")
     (ckpt / "random_states_0.pkl").unlink()
     assert checkpoints.unreadable(ckpt) == (ckpt / "random_states_0.pkl", "missing")
 

@@ -113,8 +113,8 @@ def unreadable(ckpt: Path, world: int = 1) -> tuple[Path, str] | None:
     from safetensors import safe_open
 
     for rng in (ckpt / f"random_states_{i}.pkl" for i in range(world)):
-        if not rng.is_file():
-            return rng, "missing"
+        if not rng.is_file():  # torn copy, or a run saved by fewer processes than resume it
+            return rng, "missing" if world == 1 else f"missing; resume with the processes it was saved by, not {world}"
     for f in sorted(p for p in ckpt.rglob("*") if p.is_file() and p.relative_to(ckpt).parts[0] != "hf"):
         try:
             if f.suffix == ".safetensors":
