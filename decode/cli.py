@@ -62,15 +62,14 @@ class JobParser(HfArgumentParser):
         self.hints = typing.get_type_hints(cls)
         super().__init__(cls, prog=_prog(cls), description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
         self.add_argument("--config", help="YAML file overriding the defaults (command-line flags override it)")
-        defaults = {f.name: f.default if f.default is not dataclasses.MISSING else "(computed)"
-                    for f in dataclasses.fields(cls)}
+        defaults = {f.name: _shown_default(f) for f in dataclasses.fields(cls)}
         for action in self._actions:
             if not action.option_strings or action.dest not in defaults:
                 continue  # -h, --config, a positional argument (it has no default to show)
             # --max-new-tokens before --max_new_tokens: usage lines show the first spelling, the README the hyphens
             action.option_strings.sort(key=lambda o: "_" in o)
             if not getattr(action, "_yaml", False) and action.dest != "preset":
-                action.help = f"{action.help or ''} [default: {defaults[action.dest]}]"
+                action.help = f"{action.help or ''}{defaults[action.dest]}"
                 if action.type in (int, float):
                     action.type = _strict(action.type, action.option_strings[0])
             action.default = argparse.SUPPRESS
@@ -89,12 +88,22 @@ class JobParser(HfArgumentParser):
             elif _is_plain(f.type):
                 self._parse_dataclass_field(self, f)
             else:
-                default = f.default if f.default is not dataclasses.MISSING else "(computed)"
                 flags = dict.fromkeys([f"--{f.name.replace('_', '-')}", f"--{f.name}"])  # both spellings, once
                 action = self.add_argument(*flags, dest=f.name,
                                            nargs=None if _base(f.type) is dict else "+", metavar="YAML",
-                                           help=f"{help_text} [default: {default}]")
+                                           help=f"{help_text}{_shown_default(f)}")
                 action._yaml = True
+
+
+def _shown_default(f: dataclasses.Field) -> str:
+    """' [default: X]' for a field's help; nothing for an empty string (a required value such as --repo-id)."""
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()  # [] or {"fkl": 1.0}, not "(computed)"
+    else:
+        return ""
+    return "" if value == "" else f" [default: {value}]"
 
 
 def _prog(cls) -> str | None:

@@ -200,10 +200,13 @@ def test_help_shows_field_help_and_defaults(capsys):
 class WithPositional:
     folder: str = field(default="", metadata={"help": "a folder", "positional": True})
     max_rows: int = field(default=3, metadata={"help": "rows"})
+    loss: dict = field(default_factory=lambda: {"fkl": 1.0}, metadata={"help": "weights"})
+    repo_id: str = field(default="", metadata={"help": "ORG/NAME (required)"})
 
 
 def test_help_usage_spells_flags_with_hyphens_and_names_the_module(capsys, monkeypatch):
-    """Before: `usage: __main__.py ... [--max_new_tokens MAX_NEW_TOKENS]`, and `[default: ]` on a positional."""
+    """Before: `usage: __main__.py ... [--max_new_tokens MAX_NEW_TOKENS]`, `[default: ]` on a positional and a
+    required string, `[default: (computed)]` for a field with a default factory."""
     import sys
     import types
 
@@ -213,6 +216,7 @@ def test_help_usage_spells_flags_with_hyphens_and_names_the_module(capsys, monke
     text = capsys.readouterr().out
     assert text.startswith(f"usage: python -m {__name__} ") and "[--max-rows MAX_ROWS]" in text
     assert "--max-rows MAX_ROWS, --max_rows MAX_ROWS" in text and "a folder\n" in text and "[default: ]" not in text
+    assert "weights [default: {'fkl': 1.0}]" in text and "ORG/NAME (required)\n" in text
     with pytest.raises(UserError, match="^--max-rows: cannot parse 'x'"):
         parse(["x", "--max_rows", "x"], WithPositional)
 
