@@ -14,13 +14,13 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from decode import cli
 from decode.errors import UserError
 from distill import collect, evaluate, train
-from distill.pipeline import data_stages, stage_config
+from distill.pipeline import check_data, data_stages, fit_to_target, section_values, stage_config
 
 
 @dataclass
@@ -43,15 +43,23 @@ class SweepConfig:
             raise UserError("--phase design needs --design-index N (0-based; SLURM_ARRAY_TASK_ID in an array)")
 
     def all_designs(self) -> list[dict]:
+        """`designs` then the `grid`'s combinations, each a mapping of train options with a unique `name`."""
+        if not all(isinstance(d, dict) for d in self.designs):
+            bad = next(d for d in self.designs if not isinstance(d, dict))
+            raise UserError(f"`designs` must be a list of mappings such as {{name: small, layers: 1}}, got item {bad!r}")
         out = [dict(d) for d in self.designs]
         if self.grid:
             keys = sorted(self.grid)
+            empty = [k for k in keys if self.grid[k] == [] or self.grid[k] is None]
+            if empty:
+                raise UserError(f"`grid` option(s) {empty} list no values, so the grid has no designs; give each "
+                                "option one or more values, e.g. {layers: [1, 2]}")
             for values in itertools.product(*(self.grid[k] if isinstance(self.grid[k], list) else [self.grid[k]] for k in keys)):
                 d = dict(zip(keys, values))
                 d["name"] = "-".join(f"{k}{v}" for k, v in d.items()).replace(" ", "").replace("[", "").replace("]", "").replace(",", "_")
                 out.append(d)
         for i, d in enumerate(out):
-            d.setdefault("name", f"design{i}")
+            d["name"] = str(d.get("name", f"design{i}"))
         names = [d["name"] for d in out]
         if len(set(names)) != len(names):
             raise UserError(f"design names must be unique: {names}")
@@ -73,7 +81,34 @@ def _data(cfg: SweepConfig, out: Path):
     return data_stages(cfg.target, out, cfg.collect, cfg.heldout)
 
 
-def run_design(cfg: SweepConfig, out: Path, d: dict, command: str | None = None) -> str | None:
+def check_designs(cfg: SweepConfig, out: Path, designs: list[dict]) -> dict[str, str]:
+    """Every setting, before the first stage runs: the shared sections fail the sweep (every design needs them),
+    as does a design's unknown or mistyped option (a typo). A design this target cannot take (its own checks, the
+    target's architecture) is reported now and skipped later while the others run. Returns {name: why} of those."""
+    c, h = _data(cfg, out)
+    train_base = section_values(train.TrainConfig, cfg.train, "sweep `train` section")
+    stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": "RUN"}, cfg.evaluate, "evaluate", "sweep")
+    impossible = {}
+    for d in designs:
+        opts = section_values(train.TrainConfig, {k: v for k, v in d.items() if k != "name"},
+                              f"sweep design {d['name']!r}")
+        try:
+            t = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
+                                                 **train_base}, opts, f"design {d['name']}", "sweep")
+            e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output}, cfg.evaluate, "evaluate",
+                             "sweep")
+            for note in fit_to_target(cfg.target, t, e)[2]:
+                print(f"sweep: design {d['name']}: {note}", flush=True)
+        except UserError as err:
+            impossible[d["name"]] = str(err)
+            print(f"warning: design {d['name']} will be skipped: {err}", file=sys.stderr, flush=True)
+    if len(impossible) == len(designs):
+        raise UserError(f"no design of the sweep can run on this target: {'; '.join(impossible.values())}")
+    check_data(cfg.target, (c, h))
+    return impossible
+
+
+def run_design(cfg: SweepConfig, out: Path, d: dict, command: str | None = None, impossible: str | None = None) -> str | None:
     """Train and evaluate one design unless its report exists; returns an error message for an impossible one."""
     name, ddir = d["name"], out / "designs" / d["name"]
     if (ddir / "eval" / "report.json").is_file():
@@ -82,16 +117,18 @@ def run_design(cfg: SweepConfig, out: Path, d: dict, command: str | None = None)
     print(f"== design {name}: train + evaluate", flush=True)
     c, h = _data(cfg, out)
     opts = {k: v for k, v in d.items() if k != "name"}
-    unknown = sorted(set(opts) - {f.name for f in fields(train.TrainConfig)})
     try:
-        if unknown:
-            raise UserError(f"unknown train option(s) {unknown}")
+        if impossible:
+            raise UserError(impossible)
         t = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
-                                       "output": str(ddir / "train"), **cfg.train}, opts, f"design {name}")
+                                             "output": str(ddir / "train"),
+                                             **section_values(train.TrainConfig, cfg.train, "sweep `train` section")},
+                             opts, f"design {name}", "sweep")
+        t, _, _ = fit_to_target(cfg.target, t, evaluate.EvalConfig(target=cfg.target, run=t.output))
         train.train(t, [], command=command)
         newest = evaluate.drafts_of_run(Path(t.output))[-1][0]
         e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "output": str(ddir / "eval"), "anchors": False,
-                                         "drafts": [newest]}, cfg.evaluate, "evaluate")
+                                               "drafts": [newest]}, cfg.evaluate, "evaluate", "sweep")
         evaluate.run(e, command=command)
     except UserError as err:  # an impossible design is reported; the others still run
         print(f"warning: design {name} skipped: {err}", file=sys.stderr)
@@ -138,21 +175,20 @@ def _command(argv: list[str] | None) -> str | None:
 
 def run(cfg: SweepConfig, argv: list[str] | None = None) -> list[dict]:
     out = Path(cfg.output)
+    designs = cfg.all_designs()
+    impossible = check_designs(cfg, out, designs) if cfg.phase != "rank" else {}
+    if cfg.phase == "design" and cfg.design_index >= len(designs):
+        raise UserError(f"--design-index {cfg.design_index}: the sweep has {len(designs)} designs (0..{len(designs) - 1})")
     out.mkdir(parents=True, exist_ok=True)
     cli.save(cfg, out / f"sweep.{cfg.phase}.config.json")
-    designs = cfg.all_designs()
     if cfg.phase in ("all", "collect"):
         print(f"== collect once for {len(designs)} designs", flush=True)
         c, h = _data(cfg, out)
         collect.run(c, command=_command(argv))
         collect.run(h, command=_command(argv))
-    if cfg.phase == "design":
-        if cfg.design_index >= len(designs):
-            raise UserError(f"--design-index {cfg.design_index}: the sweep has {len(designs)} designs (0..{len(designs) - 1})")
-        run_design(cfg, out, designs[cfg.design_index], _command(argv))
-    if cfg.phase == "all":
-        for d in designs:
-            run_design(cfg, out, d, _command(argv))
+    todo = designs if cfg.phase == "all" else [designs[cfg.design_index]] if cfg.phase == "design" else []
+    for d in todo:
+        run_design(cfg, out, d, _command(argv), impossible.get(d["name"]))
     if cfg.phase in ("all", "rank"):
         return rank(cfg, out, designs)
     return []
