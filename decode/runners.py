@@ -20,6 +20,7 @@ output against `generate`.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 
@@ -50,6 +51,7 @@ class HFRunner:
 
     def __init__(self, model):
         self.model, self.config, self.device = model, model.config, model.device
+        self.cache_arg = cache_arg(model)
 
     def new_cache(self, max_len: int):
         # no config: a config-built cache gives sliding-window layers that cannot be cropped (rolled back)
@@ -58,10 +60,16 @@ class HFRunner:
 
     def forward(self, ids: list[int], cache, keep: int) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)
-        logits = self.model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=keep).logits[0]
+        logits = self.model(input_ids=x, **{self.cache_arg: cache}, use_cache=True, logits_to_keep=keep).logits[0]
         # a model spread by a device map returns logits on its last GPU; the decoder and the draft work on the
         # first (self.device, where the inputs go): move the (keep, V) rows there (a no-op on one device)
         return logits.to(self.device)
+
+
+def cache_arg(model) -> str:
+    """The forward() keyword of the K/V cache: `cache` from transformers 5.24 on, where `past_key_values` is
+    deprecated (a warning at every call); `past_key_values` before, and for models that still take it."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 class StaticCache:

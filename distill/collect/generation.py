@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from decode.runners import cache_arg
 from decode.sampling import SamplingParams, logits_to_probs
 
 
@@ -43,14 +44,14 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, samplin
         ids[b, L - len(p):] = torch.tensor(p, device=dev)
         mask[b, L - len(p):] = 1
     pos = (mask.cumsum(-1) - 1).clamp_min(0)
-    cache = DynamicCache(config=model.config)
+    cache, kv = DynamicCache(config=model.config), cache_arg(model)
     out = [[] for _ in range(B)]
     tk_ids = [[] for _ in range(B)]
     tk_lp = [[] for _ in range(B)]
     active = list(range(B))  # original row of each batch row
     # .to(dev): a target spread by a device map returns logits on its last GPU; sampling (and its generator) and
     # the kept rows live on the first
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, **{kv: cache},
                    use_cache=True, logits_to_keep=1).logits[:, -1].to(dev)  # (B, V)
     next_pos = pos[:, -1:] + 1
     for _ in range(max_new_tokens):
@@ -82,7 +83,7 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, samplin
             active = [active[j] for j in keep]
         mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], dim=1)
         logits = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=next_pos,
-                       past_key_values=cache, use_cache=True).logits[:, -1].to(dev)
+                       **{kv: cache}, use_cache=True).logits[:, -1].to(dev)
         next_pos = next_pos + 1
     return [Generated(out[b], tk_ids[b] if k else None, tk_lp[b] if k else None) for b in range(B)]
 
