@@ -193,7 +193,7 @@ def test_quick_pipeline_end_to_end_on_default_target(tmp_path):
            "--output", str(out),
            "--collect", "{limit: 24, max_new_tokens: 24, batch_size: 8}", "--heldout", "{limit: 8, max_new_tokens: 24}",
            "--train", "{max_steps: 6, eval_every: 3, save_every: 3, batch_size: 4, report_to: none, vocab: 2048}",
-           "--evaluate", "{limit: 2, max_new_tokens: 16, anchors: false}"]
+           "--evaluate", "{limit: 2, max_new_tokens: 16, anchors: none}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
