@@ -443,7 +443,6 @@ def _edit_config(**changes):
     "name, breaker, check, detail",
     [
         ("no_embedding", _drop_embedding, "loads", "initialised them at random"),
-        ("other_tokenizer", _other_tokenizer, "tokenizer", "vocabulary size"),
         ("padded_vocab", _padded_vocab, "lossless", "transformers assisted generation failed"),
         ("random_embedding", _random_embedding, "random_init", "model.embed_tokens.weight"),
         ("unknown_arch", _edit_config(architectures=["MyDraftForCausalLM"]), "vllm", "not one vLLM serves"),
@@ -466,6 +465,19 @@ def test_check_fails_on_draft_built_to_fail_it(world, tmp_path, capsys, hub, nam
     )
     assert f"check {check:<11} FAIL" in stdout
     assert not [r for r in hub.requests if r[0] == "POST"]  # stopped before any upload
+
+
+def test_a_draft_with_another_tokenizer_is_refused_before_the_target_loads(world, capsys, hub, monkeypatch):
+    """Before, the tokenizer mismatch surfaced as the `tokenizer` check, after the target had loaded and the folder
+    was assembled (minutes on a large target); now publish compares the two tokenizers first."""
+    import distill.publish.job as job
+
+    d = copy_draft(world, "broken_other_tokenizer")
+    _other_tokenizer(d, world)
+    monkeypatch.setattr(job, "load_target", lambda *a: pytest.fail("the target loaded before the tokenizer check"))
+    code, _, err = run_main([d, "--repo-id", "org/broken", "--eval", world["root"] / "eval"], capsys)
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert "vs target" in err and "vocabulary size 384 vs 385" in err and not hub.requests
 
 
 def test_random_init_heuristic():
@@ -692,3 +704,91 @@ def test_a_low_precision_divergence_passes_only_at_a_near_tie(world, monkeypatch
         assert compat.near_tie(target, ids, [top], [second], 0) == (dtype == torch.bfloat16)
         assert not compat.near_tie(target, ids, [top], [worst], 0)
         assert not compat.near_tie(target, ids, [top], [], 0)  # one output ended (EOS): not a tie
+
+
+# --- what leaves the machine: no local paths; what the user reads: warnings, not silent packaging
+
+
+def test_the_card_and_specdistill_json_hold_no_local_absolute_path(world, tmp_path, capsys):
+    """Before, the card and the uploaded specdistill.json carried the target's folder, the data's and the run's
+    absolute paths (and the train config's); now a local path becomes relative to where publish runs, or its name."""
+    d = copy_draft(world, "draft_with_paths")
+    root = str(world["root"])
+    meta = draft_meta(f"{root}/target", target_name=f"{root}/target", commands=[
+        f"python -m distill.collect --target {root}/target --output {root}/runs/collect",
+        f"python -m distill.train --data {root}/runs/collect --output {root}/runs/train"])
+    meta["data"] = {"path": f"{root}/runs/collect", "rows": 10, "tokens": 1000, "prompts": "train"}
+    meta["train_config"] = {"data": f"{root}/runs/collect", "output": f"{root}/runs/train", "lr": 0.003}
+    (d / "specdistill.json").write_text(json.dumps(meta))
+    write_report(tmp_path / "eval", d)
+    out = tmp_path / "out"
+    code, stdout, err = run_main([d, "--repo-id", "org/x", "--eval", tmp_path / "eval", "--dry-run", out], capsys)
+    assert code == 0, err
+    card, record = (out / "README.md").read_text(), (out / "specdistill.json").read_text()
+    for text in (card, record):
+        assert root not in text and str(tmp_path) not in text and "/tmp/" not in text
+    assert "python -m distill.train --data …/collect --output …/train" in card  # the command as training recorded it
+    assert "accelerate launch" not in card
+    assert "`target`" in card and "| rows" not in card  # the local target by its folder name
+    saved = json.loads(record)
+    assert saved["data"] == {"path": "…/collect", "rows": 10, "tokens": 1000, "prompts": "train"}
+    assert saved["train_config"]["lr"] == 0.003 and saved["target"] == "target"
+
+
+def test_redact_keeps_urls_relative_paths_and_the_reduced_suffix():
+    from distill.publish import redact
+
+    text = ('see https://huggingface.co/org/x and runs/a/b; snapshot_download("org/x") + "/reduced"; '
+            "data at /home/me/data/my-prompts.jsonl. Under /work/repo/runs/p/collect: ok; 12 tokens/s")
+    got = redact.text(text, cwd=Path("/work/repo"))
+    assert got == ('see https://huggingface.co/org/x and runs/a/b; snapshot_download("org/x") + "/reduced"; '
+                   "data at …/my-prompts.jsonl. Under runs/p/collect: ok; 12 tokens/s")
+
+
+def test_a_draft_slower_than_the_target_is_said_on_the_card_and_in_the_output(world, tmp_path, capsys):
+    report = json.loads((world["root"] / "eval/report.json").read_text())
+    for e in report["entries"]:
+        e["speedup"] = round(e["speedup"] * 0.4 / 1.52, 3)  # the best γ measured 0.40×
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval/report.json").write_text(json.dumps(report))
+    code, stdout, err = run_main([world["root"] / "draft", "--repo-id", "org/x", "--eval", tmp_path / "eval",
+                                  "--dry-run", tmp_path / "o"], capsys)
+    assert code == 0, err
+    line = "the draft is SLOWER than the target alone in the bundled decoder: 0.40× at its best γ = 4"
+    assert f"warning: {line}" in stdout and f"> **Warning: {line}" in (tmp_path / "o/README.md").read_text()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--repo-id", "org/x"], "no Hugging Face token"),
+    (["--repo-id", "org/x", "--eval", "EVAL"], "no evaluation report"),
+    (["--repo-id", "org/x/y"], "invalid --repo-id"),
+    (["--repo-id", "org/x", "--dry-run", "FILE"], "is a file, not a folder"),
+    (["--repo-id", "org/x", "--target", "NOWHERE"], "model not found"),
+])
+def test_the_command_line_is_checked_before_the_target_loads(world, tmp_path, capsys, hub, monkeypatch, argv, message):
+    import distill.publish.job as job
+
+    if message == "no Hugging Face token":
+        monkeypatch.delenv("HF_TOKEN")
+    (tmp_path / "FILE").write_text("x")
+    paths = {"EVAL": str(tmp_path), "FILE": str(tmp_path / "FILE"), "NOWHERE": str(tmp_path / "nowhere")}
+    monkeypatch.setattr(job, "load_target", lambda *a: pytest.fail("the target loaded before the inputs were checked"))
+    code, _, err = run_main([world["root"] / "draft", *[paths.get(a, a) for a in argv]], capsys)
+    assert code == 1 and message in err and err.count("\n") == 1 and not hub.requests
+
+
+def test_offline_mode_is_one_line_before_any_work(world, capsys, hub, monkeypatch):
+    """Before, HF_HUB_OFFLINE=1 let publish assemble and check everything, then died in create_repo with a
+    traceback (OfflineModeIsEnabled)."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    code, out, err = run_main([world["root"] / "draft", "--repo-id", "org/x"], capsys)
+    assert code == 1 and "HF_HUB_OFFLINE is set, but uploading needs the Hub" in err and "--dry-run" in err
+    assert "assembled" not in out and not hub.requests
+
+
+def test_a_check_that_looked_at_nothing_says_skip_not_ok(world):
+    from types import SimpleNamespace
+
+    draft = SimpleNamespace(config=SimpleNamespace())  # a config without initializer_range
+    check = compat.check_random_init(draft, world["target"])
+    assert check.ok and check.skipped and "skipped" in check.detail

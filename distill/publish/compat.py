@@ -255,7 +255,8 @@ def check_random_init(draft, target, vocab_map: list[int] | None = None) -> Chec
     """
     r = getattr(draft.config, "initializer_range", None)
     if r is None:
-        return Check("random_init", True, "skipped: the config has no initializer_range to compare against")
+        return Check("random_init", True, "skipped: the config has no initializer_range to compare against",
+                     skipped=True)  # printed `skip`, not `ok`: nothing was looked at
     by_shape: dict[tuple, list[torch.Tensor]] = {}
     vm = torch.tensor(vocab_map, dtype=torch.long) if vocab_map is not None else None
     for p in target.state_dict().values():

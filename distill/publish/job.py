@@ -3,12 +3,15 @@
     python -m distill.publish DRAFT_DIR --repo-id ORG/NAME [--eval EVAL_DIR] [--require-eval] [--target T]
         [--dtype bfloat16|float32|float16] [--private] [--revision BRANCH] [--dry-run OUT_DIR]
 
+0. check the command line in its first seconds (check_inputs): repo id, output folder, the Hub (offline mode, a
+   token), the draft, the target, --eval and the draft's tokenizer;
 1. read the checkpoint: config.json, model.safetensors, specdistill.json (target, design, loss, data, commands);
 2. assemble the repo folder: weights cast to --dtype (bf16 by default), config.json, the target's tokenizer files,
    generation_config.json set to the measured best γ with a constant schedule, specdistill.json, and README.md,
    the model card (distill/publish/modelcard.py). A reduced-vocabulary draft goes to reduced/ (with its
    draft_vocab.json: the bundled decoder's fast form) and the folder itself gets its expansion to the target's
-   vocabulary, which transformers and vLLM load (distill/publish/servable.py);
+   vocabulary, which transformers and vLLM load (distill/publish/servable.py). No local absolute path goes into
+   the card or specdistill.json (distill/publish/redact.py);
 3. run the compatibility checks on that folder (distill/publish/compat.py), vLLM serving the target with the
    draft included (--vllm-python: the interpreter that has vLLM); any failure stops here;
 4. upload: create_repo, then every file in ONE commit, so a failed upload leaves the remote as it was;
@@ -31,16 +34,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import AutoConfig, GenerationConfig
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from decode import cli, draft_folder
 from decode.draft_folder import META_FILE, VOCAB_MAP_FILE, assistant_config
 from decode.errors import UserError
 from decode.options import DecodeOptions
-from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET, load_target, resolve
-from distill.publish import compat, modelcard, servable
+from decode.targets import (
+    DEFAULT_HUB_ID,
+    DEFAULT_TARGET,
+    check_tokenizers,
+    load_target,
+    load_tokenizer,
+    resolve,
+)
+from distill.publish import compat, modelcard, redact, servable
+from distill.publish.hub import check_online, check_repo_id, get_token, log_to_wandb, refuse_token_in, upload
 
 DEFAULT_GAMMA = DecodeOptions.gamma  # γ written to generation_config.json when no evaluation says better
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
@@ -158,144 +170,12 @@ def _download_tokenizer(hub_id: str) -> str:
         ) from None
 
 
-# --- upload
-
-
-def get_token() -> str:
-    from huggingface_hub import get_token as hf_get_token
-
-    token = hf_get_token()  # HF_TOKEN, else the cached `hf auth login`
-    if not token:
-        raise UserError(
-            "no Hugging Face token: set HF_TOKEN or run `hf auth login` (or use --dry-run OUT_DIR)"
-        )
-    return token
-
-
-def check_repo_id(repo_id: str) -> None:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as e:
-        raise UserError(f"invalid --repo-id {repo_id!r}: {e}") from None
-    if repo_id.count("/") != 1:
-        raise UserError(
-            f"invalid --repo-id {repo_id!r}: give it as ORG/NAME (your user name or an organisation, then the repo name)"
-        )
-
-
-def _refuse_token_in(folder: Path, token: str) -> None:
-    needle = token.encode()
-    for f in sorted(folder.rglob("*")):
-        if f.is_file() and needle in f.read_bytes():
-            raise UserError(
-                f"{f.name} in the assembled folder contains your Hub token; refusing to upload it"
-            )
-
-
-def upload(
-    folder: Path, repo_id: str, token: str, private: bool, revision: str | None, message: str
-) -> tuple[str, str]:
-    """create_repo (+ the branch), then all files in one commit. Returns (url, commit id)."""
-    from huggingface_hub import CommitOperationAdd, HfApi
-    from huggingface_hub.errors import HfHubHTTPError
-
-    api = HfApi(token=token)
-
-    def fail(what: str, e: Exception, after: str) -> UserError:
-        said = str(e).strip().splitlines()[0].rstrip(".")
-        if getattr(e, "server_message", None):
-            said += f" (the Hub says: {e.server_message.strip().splitlines()[0]})"
-        return UserError(f"{what} on {api.endpoint} failed: {said}. {after}".replace(token, "***"))
-
-    try:
-        url = str(api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model"))
-        if revision:
-            api.create_branch(repo_id, branch=revision, exist_ok=True)
-    except HfHubHTTPError as e:
-        raise fail(
-            f"creating {repo_id}" + (f" (branch {revision})" if revision else ""),
-            e,
-            "Nothing was uploaded; check the token's write access to the organisation.",
-        ) from None
-    # upload_folder would do, but with hf_xet installed it may split a folder into several commits; one
-    # create_commit with every file is atomic: either the whole draft lands or the remote is unchanged
-    ops = [
-        CommitOperationAdd(path_in_repo=f.relative_to(folder).as_posix(), path_or_fileobj=str(f))
-        for f in sorted(folder.rglob("*"))
-        if f.is_file()
-    ]
-    try:
-        info = api.create_commit(repo_id, ops, commit_message=message, revision=revision, repo_type="model")
-    except (HfHubHTTPError, ValueError, OSError) as e:
-        raise fail(
-            f"the commit of {len(ops)} files to {repo_id}",
-            e,
-            f"The commit is atomic, so the remote repo is unchanged ({url} exists, without these files); re-run to retry.",
-        ) from None
-    return (url if not revision else f"{url}/tree/{revision}"), info.oid
-
-
-# --- W&B
-
-
-def log_to_wandb(
-    meta: dict, folder: Path, repo_id: str, url: str, revision: str | None, numbers: dict
-) -> None:
-    """Resume the training run (offline works too) and log the repo URL, the card numbers and the folder."""
-    info = meta.get("wandb") or {}
-    if not info.get("run_id"):
-        return
-    try:
-        import wandb
-    except ImportError:
-        print(
-            f"note: the draft was tracked in W&B run {info['run_id']}, but wandb is not installed; not logged there"
-        )
-        return
-    try:
-        if info.get("dir"):
-            Path(info["dir"]).mkdir(parents=True, exist_ok=True)
-        from distill.tracking import offline_without_key
-
-        offline_without_key()  # the training run was offline when no key was set; resume it the same way
-        run = wandb.init(project=info.get("project"), id=info["run_id"], resume="allow", dir=info.get("dir"))
-        summary = {
-            "publish/repo_id": repo_id,
-            "publish/repo_url": url,
-            "publish/revision": revision or "main",
-        }
-        summary.update({f"publish/{k}": v for k, v in numbers.items() if v is not None})
-        run.summary.update(summary)
-        art = wandb.Artifact(f"draft-{repo_id.replace('/', '--')}", type="model", metadata=summary)
-        art.add_dir(str(folder))
-        run.log_artifact(art, aliases=[revision or "main"])
-        run.finish()
-        print(
-            f"logged the repo URL, card numbers and the folder (artifact {art.name}) to W&B run {info['run_id']}"
-        )
-    except Exception as e:  # the upload already succeeded; W&B trouble must not hide that
-        print(
-            f"warning: could not log to W&B run {info['run_id']}: {type(e).__name__}: {str(e).splitlines()[0]}"
-        )
-
-
 # --- main
 
 
 def publish(cfg: PublishConfig) -> dict:
     """Check the inputs (fast), assemble and check the repo folder, then upload it (or stop at a dry run)."""
-    draft_dir, out = Path(cfg.draft_dir), Path(cfg.dry_run) if cfg.dry_run else None
-    check_repo_id(cfg.repo_id)
-    meta = draft_folder.require(draft_dir)
-    token = None if out else get_token()  # fail before any slow work
-    if out and out.exists() and any(out.iterdir()):
-        raise UserError(f"--dry-run folder {out} exists and is not empty; give a new or empty folder")
-    spec = cfg.target or meta.get("target")
-    if not spec:
-        raise UserError(f"{draft_dir / META_FILE} names no target; pass --target")
-    entries = _measured_entries(cfg, draft_dir)
+    draft_dir, out, token, meta, spec, entries = check_inputs(cfg)
     best = modelcard.headline(entries) if entries else None
     gamma = int(best["gamma"]) if best else DEFAULT_GAMMA
 
@@ -310,7 +190,7 @@ def publish(cfg: PublishConfig) -> dict:
         if out:
             print(f"dry run: wrote {folder}; nothing uploaded")
             return result
-        _refuse_token_in(folder, token)
+        refuse_token_in(folder, token)
         message = f"Publish draft for {target_hub_id(meta, spec) or spec} (specdistill)"
         url, commit = upload(folder, cfg.repo_id, token, cfg.private, cfg.revision, message)
         print(f"published {url} (commit {commit})")
@@ -320,6 +200,43 @@ def publish(cfg: PublishConfig) -> dict:
     finally:
         if work is not None:
             work.cleanup()
+
+
+def check_inputs(cfg: PublishConfig):
+    """Everything that can be wrong with the command line, in its first seconds, before the minutes of assembly and
+    checks: the repo id, the output folder, the Hub (reachable, a token), the draft, the target, the evaluation and
+    the draft's tokenizer. Returns (draft_dir, dry-run folder or None, token or None, meta, target spec, entries)."""
+    draft_dir, out = Path(cfg.draft_dir), Path(cfg.dry_run) if cfg.dry_run else None
+    check_repo_id(cfg.repo_id)
+    if out:
+        cli.check_output(out, "--dry-run")
+        if out.exists() and any(out.iterdir()):
+            raise UserError(f"--dry-run folder {out} exists and is not empty; give a new or empty folder")
+    else:
+        check_online()
+    token = None if out else get_token()
+    meta = draft_folder.require(draft_dir)
+    spec = cfg.target or meta.get("target")
+    if not spec:
+        raise UserError(f"{draft_dir / META_FILE} names no target; pass --target")
+    entries = _measured_entries(cfg, draft_dir)
+    check_draft_tokenizer(draft_dir, spec)
+    return draft_dir, out, token, meta, spec, entries
+
+
+def check_draft_tokenizer(draft_dir: Path, spec: str) -> None:
+    """The tokenizer the draft was trained with is the target's (the `tokenizer` check repeats this on the
+    assembled folder, after the target has loaded; this costs only the two tokenizers)."""
+    if not (draft_dir / "tokenizer_config.json").is_file() and not (draft_dir / "tokenizer.json").is_file():
+        return
+    try:
+        mine = AutoTokenizer.from_pretrained(draft_dir)
+    except (OSError, ValueError) as e:
+        raise UserError(f"the draft's tokenizer in {draft_dir} does not load: {str(e).splitlines()[0]}") from None
+    try:
+        check_tokenizers(load_tokenizer(spec), mine)
+    except UserError as e:
+        raise UserError(f"draft {draft_dir} vs target {spec}: {e}") from None
 
 
 def _measured_entries(cfg: PublishConfig, draft_dir: Path) -> list[dict] | None:
@@ -340,6 +257,8 @@ def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta:
     # the CPU); check_lossless allows for low precision's near-ties. A target too large for one GPU is spread.
     target, target_tok = load_target(spec, "auto", cfg.device)
     n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma, target)
+    names = redact.target_names(spec, resolve(spec))  # a local target's folder -> its name, on the card too
+    redact.meta_files(folder, names)
     print(f"assembled {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
     checks = compat.run_checks(folder, draft_dir, target, target_tok, gamma, resolve(spec), cfg.vllm_python)
     for c in checks:
@@ -348,12 +267,12 @@ def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta:
     for line in modelcard.slow_warnings(modelcard.headline(entries) if entries else None, vllm):
         print(f"warning: {line}")
     card = modelcard.build_card(
-        repo_id=cfg.repo_id, target_id=target_hub_id(meta, spec), target_spec=spec, meta=meta,
+        repo_id=cfg.repo_id, target_id=target_hub_id(meta, spec), target_spec=redact.text(spec, names), meta=meta,
         config=json.loads((folder / "config.json").read_text()), target_config=target.config.to_dict(),
         n_params=n_params, weights_dtype=cfg.dtype, entries=entries, checks=checks, gamma=gamma,
         reduced=(folder / servable.REDUCED_DIR).is_dir(), license=cfg.license, vllm=vllm,
     )
-    card.save(folder / "README.md")
+    ModelCard(redact.text(str(card), names)).save(folder / "README.md")
     failed = [c for c in checks if not c.ok]
     if failed:
         where = f"; the folder is left in {folder} for inspection" if cfg.dry_run else ""

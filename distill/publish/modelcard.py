@@ -15,8 +15,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from decode.draft_folder import VOCAB_MAP_FILE
 from decode.errors import UserError
-from distill.publish import vllm_check
-from distill.publish.servable import REDUCED_DIR
+from distill.publish import usage, vllm_check
 
 TAGS = ["speculative-decoding", "draft-model", "specdistill"]
 METRICS = (  # (metric_type, pretty name, where in an entry / per_category row)
@@ -272,66 +271,6 @@ def _training(meta: dict) -> str:
     return "\n".join(lines + ["```"])
 
 
-def _usage(repo_id: str, target_id: str, gamma: int, reduced: bool) -> str:
-    plain = _plain_usage(repo_id, target_id, gamma)
-    if not reduced:
-        return plain
-    return plain + f"""
-
-### Reduced vocabulary (`{REDUCED_DIR}/`)
-
-This draft was trained with a **reduced vocabulary**, a subset of the target's ids listed in
-`{REDUCED_DIR}/{VOCAB_MAP_FILE}` (`draft_to_target[j]` is the target id of draft id j). The repo's top level holds the
-same draft expanded to the target's full vocabulary, so that transformers and vLLM (which assume draft and target
-ids coincide) load it as is: every id outside the subset reads as draft id 0 on input, and its output row is the
-mean of the kept rows, so greedy decoding never proposes it. Both forms propose the same greedy tokens (checked
-before upload); when sampling, the expanded form gives ids outside the subset a little probability (a few percent),
-so its sampled acceptance is slightly lower.
-specdistill's bundled decoder runs the smaller, faster form in `{REDUCED_DIR}/`:
-
-```python
-from huggingface_hub import snapshot_download
-from decode.targets import load_target, load_draft
-from decode.options import DecodeOptions
-from decode.speculative import generate
-
-target, tok = load_target("{target_id}", device="auto")  # the GPU(s) when there are, else the CPU
-draft = load_draft(snapshot_download("{repo_id}") + "/{REDUCED_DIR}", target, tok, device=str(target.device))
-ids = tok.apply_chat_template([{{"role": "user", "content": "Hello!"}}], add_generation_prompt=True)
-out, stats = generate(target, draft.model, ids, 128, DecodeOptions(gamma={gamma}), vocab_map=draft.vocab_map)
-print(tok.decode(out), stats.tau)
-```"""
-
-
-def _plain_usage(repo_id: str, target_id: str, gamma: int) -> str:
-    return f"""## Usage
-
-transformers (this repo's `generation_config.json` sets `num_assistant_tokens={gamma}` with a constant schedule;
-transformers reads these from the assistant's generation config):
-
-```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-tok = AutoTokenizer.from_pretrained("{target_id}")
-target = AutoModelForCausalLM.from_pretrained("{target_id}", dtype="auto")
-draft = AutoModelForCausalLM.from_pretrained("{repo_id}", dtype="auto")
-inputs = tok.apply_chat_template([{{"role": "user", "content": "Hello!"}}], add_generation_prompt=True,
-                                 return_tensors="pt", return_dict=True)
-out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128, do_sample=False)
-print(tok.decode(out[0, inputs["input_ids"].shape[1]:]))
-```
-
-vLLM:
-
-```python
-from vllm import LLM, SamplingParams
-
-llm = LLM(model="{target_id}", speculative_config={{"method": "draft_model", "model": "{repo_id}",
-                                               "num_speculative_tokens": {gamma}}})
-print(llm.generate(["Hello!"], SamplingParams(temperature=0, max_tokens=128))[0].outputs[0].text)
-```"""
-
-
 def _result(check) -> str:
     return "skipped" if getattr(check, "skipped", False) else "pass" if check.ok else "FAIL"
 
@@ -388,7 +327,7 @@ def build_card(
             *[f"> **Warning: {w}.**" for w in slow_warnings(best, vllm)],
             _measured(entries, best, weights_dtype) if best else NO_EVAL,
             vllm_check.card_section(vllm, best),
-            _usage(repo_id, shown, gamma, reduced),
+            usage.section(repo_id, shown, gamma, reduced),
             _design(meta, config, target_config, n_params),
             _training(meta),
             _checks(checks),
