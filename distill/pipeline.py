@@ -3,6 +3,11 @@
     python -m distill.pipeline --config configs/pipeline/default.yaml
     python -m distill.pipeline --config configs/pipeline/default.yaml --preset quick     # a first look in minutes
 
+A preset's run writes to its own folder, the output + `-PRESET` (runs/pipeline-default-quick here), unless --output
+is given on the command line, so the full run after a quick look starts its own collection. Every stage section
+is checked (options, types, each config's checks, the prompt sets, the target's architecture) before the first
+collection starts.
+
 Each stage writes under --output and resumes: rerunning the same command skips finished collection,
 continues training from its last checkpoint, and re-evaluates. Stage settings are the stages' own configs
 (`collect`, `heldout`, `train`, `evaluate` mappings in the YAML override distill.collect / distill.train /
