@@ -27,6 +27,7 @@ stand-in the tests use (tests/hub_standin.py).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -92,6 +93,9 @@ class PublishConfig:
             raise UserError("give --repo-id ORG/NAME (the Hub repo to publish to)")
         if self.dtype not in DTYPES:
             raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.vllm_python and not os.access(self.vllm_python, os.X_OK):  # else the vllm check would only skip
+            raise UserError(f"--vllm-python {self.vllm_python}: no such interpreter; pass the python of an "
+                            "environment with vLLM (scripts/setup.sh makes .venv-vllm), or leave the flag out")
 
 
 # --- checkpoint
