@@ -317,8 +317,22 @@ def _device_name(device: str) -> str:
     return f"cpu ({torch.get_num_threads()} threads)"
 
 
+def summary(r: dict) -> str:
+    """The result's headline numbers in one line (the JSON, last on stdout, holds everything)."""
+    s, hf = r["speculative"], r["hf_assisted"]
+    text = (f"γ={r['gamma']}: α {s['acceptance_rate']:.3f}, τ {s['tau']:.2f}, lossless {r['lossless']}; tokens/s: "
+            f"target alone {r['baseline']['tokens_per_s']:.1f}, speculative {s['tokens_per_s']:.1f}")
+    if hf:
+        text += f", transformers assisted {hf['tokens_per_s']:.1f}"
+    text += f"; speedup {r['speedup']:.2f}x over the target alone"
+    if r["speedup_vs_hf_assisted"]:
+        text += f", {r['speedup_vs_hf_assisted']:.2f}x over transformers assisted"
+    return text
+
+
 def main(argv=None) -> None:
     cfg, result = cli.run_job(BenchConfig, lambda cfg, argv: run(cfg), argv, __doc__)
+    print(summary(result), file=sys.stderr)
     line = json.dumps(result)
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)

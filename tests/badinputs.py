@@ -122,6 +122,7 @@ def normalize(line: str, env: SimpleNamespace) -> str:
     for path, name in ((env.tmp, "TMP"), (env.shared, "SHARED")):
         line = line.replace(str(path), name)
     line = re.sub(r"/tmp/pytest-of-[^/\s]+/pytest-\d+/[^/\s]+", "TMP", line)
+    line = re.sub(r"/shards/(r\d+)-\d+", r"/shards/\1-ID", line)  # a shard folder's name holds a unique id
     return line.replace(str(REPO), ".")
 
 

@@ -120,9 +120,13 @@ def test_bench_main_writes_out_and_prints_json_last(tmp_path, tiny_llama, tiny_t
     bench.main(
         f"--target {target} --draft layers:1 --prompts {prompts} --max-new-tokens 5 --limit 1 --out {out}".split()
     )
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    printed = capsys.readouterr()
+    last = printed.out.strip().splitlines()[-1]
     assert json.loads(last) == json.loads(out.read_text())
     assert json.loads(last)["draft"] == "layers:1"
+    r = json.loads(last)  # and the headline numbers in one line on stderr, as the README shows them
+    assert printed.err.strip().splitlines()[-1] == bench.summary(r)
+    assert f"target alone {r['baseline']['tokens_per_s']:.1f}" in bench.summary(r)
 
 
 def test_bench_context_check_names_the_prompt(tmp_path, tiny_llama, tiny_tokenizer):
