@@ -336,4 +336,4 @@ def test_the_size_of_the_evaluation_is_said_before_the_target_loads(tiny_pair, t
     with pytest.raises(_Loaded):
         evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"], tiny_pair["random"]]))
     assert ("evaluating 4 draft x γ runs on 4 prompts x up to 8 new tokens (one shared target-alone baseline); "
-            "--limit N takes N prompts per category for a shorter run") in capsys.readouterr().err
+            "--limit N takes N prompts, in turn from each category, for a shorter run") in capsys.readouterr().err

@@ -44,7 +44,7 @@ class EvalConfig:
     drafts: list = field(default_factory=list, metadata={"help": "draft folders (or layers:0,29) to evaluate"})
     prompts: str = field(default="heldout", metadata={"help": "prompts (default: the bundled held-out set)"})
     categories: list = field(default_factory=list, metadata={"help": "only these prompt categories"})
-    limit: int = field(default=0, metadata={"help": "N prompts taken in turn from each category (0 = all)"})
+    limit: int = field(default=0, metadata={"help": "N prompts in all, taken in turn from each category (0 = all)"})
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per prompt"})
     temperature: float = field(default=DecodeOptions.temperature, metadata={"help": "0 = greedy (lossless is checked)"})
     gamma: int | list = field(default=DecodeOptions.gamma, metadata={"help": "γ, or a list of γ to sweep"})
@@ -149,8 +149,8 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     todo, anchor = drafts_to_evaluate(cfg, run_dir, errors)
     # said before the target loads: with defaults this is 126 prompts and many minutes
     n_runs = sum(len(_grid(cfg, spec, step, todo)) for spec, step in todo)
-    limit = (f" (--limit {cfg.limit} per category)" if cfg.limit else
-             "; --limit N takes N prompts per category for a shorter run")
+    limit = (f" (--limit {cfg.limit}: taken in turn from each category)" if cfg.limit else
+             "; --limit N takes N prompts, in turn from each category, for a shorter run")
     print(f"evaluating {n_runs} draft x γ runs on {len(rows)} prompts x up to {cfg.max_new_tokens} new tokens "
           f"(one shared target-alone baseline){limit}", file=sys.stderr, flush=True)
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
