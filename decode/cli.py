@@ -62,6 +62,8 @@ class JobParser(HfArgumentParser):
         self.hints = typing.get_type_hints(cls)
         super().__init__(cls, prog=_prog(cls), description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
         self.add_argument("--config", help="YAML file overriding the defaults (command-line flags override it)")
+        # `--lr -1e-3`: argparse takes "-1e-3" for a flag (its pattern knows -1 and -.5, not exponents)
+        self._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d*\.?\d+[eE][-+]?\d+$")
         defaults = {f.name: _shown_default(f) for f in dataclasses.fields(cls)}
         for action in self._actions:
             if not action.option_strings or action.dest not in defaults:
@@ -73,6 +75,10 @@ class JobParser(HfArgumentParser):
                 if action.type in (int, float):
                     action.type = _strict(action.type, action.option_strings[0])
             action.default = argparse.SUPPRESS
+
+    def error(self, message: str):
+        """argparse's own mistakes (an unknown flag, a bad choice, a missing value) as one line, not a usage block."""
+        raise UserError(f"{message} (--help lists the options)")
 
     def _add_dataclass_arguments(self, dtype):
         presets = getattr(dtype, "PRESETS", {})

@@ -44,4 +44,12 @@ CASES = [
          "lr must be a float, got 'fast' (str)"),
     Case("evaluate", "--gamma four", lambda env: ["--drafts", "layers:0", "--gamma", "four"],
          "--gamma must be an int or a list of ints, got 'four' (str)"),
+    Case("collect", "a flag that does not exist", lambda env: ["--max-new-token", "12", "--frobnicate"],
+         "unrecognized arguments: --frobnicate"),
+    Case("train", "--lr -1e-3 (a negative number in exponent form)",
+         lambda env: ["--data", env.base.data, "--lr", "-1e-3", "--output", str(env.tmp / "run")],
+         "--lr must be a number > 0, got -0.001"),
+    Case("evaluate", "a flag given without its value", lambda env: ["--drafts", "default", "--limit"],
+         "argument --limit: expected one argument"),
+    Case("report", "no EVAL_DIR", lambda env: [], "the following arguments are required: EVAL_DIR"),
 ]

@@ -74,7 +74,7 @@ CASES = [
     Case("pipeline", "an evaluate: value only read at evaluation", lambda env: _pipeline(env, "--evaluate", "{checkpoints: best}"),
          "pipeline `evaluate` section: --checkpoints must be 'all' or 'last'"),
     Case("pipeline", "unknown preset", lambda env: _pipeline(env, "--preset", "huge"),
-         "--preset huge: no such preset; the presets are quick"),
+         "argument --preset: invalid choice: 'huge'"),
     Case("pipeline", "--accelerate-config that does not exist",
          lambda env: _pipeline(env, "--accelerate-config", str(env.tmp / "zero9.yaml")), "zero9.yaml: no such file"),
     Case("pipeline", "--accelerate-config that is not a mapping",
