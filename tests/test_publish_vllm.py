@@ -146,3 +146,16 @@ def test_publish_dry_run_serves_a_reduced_draft_in_vllm(tmp_path):
     assert v["lossless"] and abs(v["acceptance_rate"] - v["ours_acceptance_rate"]) <= v["alpha_tolerance"]
     card = (tmp_path / "out/README.md").read_text()
     assert "## Measured in vLLM" in card and f"| vLLM {v['vllm']} | {v['acceptance_rate']:.3f} |" in card
+
+
+def test_a_relative_vllm_python_is_made_absolute_but_not_resolved(tmp_path, monkeypatch):
+    """The check runs the interpreter from a temporary folder: `.venv-vllm/bin/python` as the README writes it
+    failed there (FileNotFoundError). A venv's python is a link to the base one: resolving it would lose the venv."""
+    from distill.publish.job import PublishConfig
+
+    venv = tmp_path / ".venv-vllm" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    cfg = PublishConfig(draft_dir="d", repo_id="org/x", vllm_python=".venv-vllm/bin/python")
+    assert cfg.vllm_python == str(venv / "python")

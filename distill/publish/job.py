@@ -96,6 +96,8 @@ class PublishConfig:
         if self.vllm_python and not os.access(self.vllm_python, os.X_OK):  # else the vllm check would only skip
             raise UserError(f"--vllm-python {self.vllm_python}: no such interpreter; pass the python of an "
                             "environment with vLLM (scripts/setup.sh makes .venv-vllm), or leave the flag out")
+        if self.vllm_python:  # absolute, not resolved: the check runs it from another folder, and a venv's
+            self.vllm_python = os.path.abspath(self.vllm_python)  # python is a link that must stay the venv's
 
 
 # --- checkpoint
