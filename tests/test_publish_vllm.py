@@ -159,3 +159,30 @@ def test_a_relative_vllm_python_is_made_absolute_but_not_resolved(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     cfg = PublishConfig(draft_dir="d", repo_id="org/x", vllm_python=".venv-vllm/bin/python")
     assert cfg.vllm_python == str(venv / "python")
+
+
+def test_the_vllm_request_names_local_folders_by_absolute_path(tmp_path, monkeypatch):
+    """vLLM runs in a temporary folder: the README's `--dry-run runs/publish-dry-run` reached it as a relative path
+    and vLLM could not find the model there. A Hub id stays as it is."""
+    from types import SimpleNamespace
+
+    import torch
+
+    seen = []
+    monkeypatch.setattr(vllm_check, "vllm_installed", lambda python: True)
+    monkeypatch.setattr(vllm_check, "check_prompts", lambda tok: [[1, 2, 3]])
+
+    def refuse(python, request):
+        seen.append(request)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(vllm_check, "run_vllm", refuse)
+    (tmp_path / "runs" / "dry").mkdir(parents=True)
+    (tmp_path / "target").mkdir()
+    monkeypatch.chdir(tmp_path)
+    target = SimpleNamespace(dtype=torch.float32)
+    for target_path in ("target", "org/hub-target"):
+        status, _, _ = vllm_check.prove(Path("runs/dry"), target_path, target, None, 2, sys.executable)
+        assert status == "fail"
+    assert [r["draft"] for r in seen] == [str(tmp_path / "runs" / "dry")] * 2
+    assert [r["target"] for r in seen] == [str(tmp_path / "target"), "org/hub-target"]

@@ -160,7 +160,10 @@ def prove(folder: Path, target_path: str, target, tokenizer, gamma: int, python:
                         "to prove the draft in vLLM before publishing"), None
     prompts = check_prompts(tokenizer)
     max_len = max(map(len, prompts)) + VLLM_NEW_TOKENS + 2 * gamma + 16
-    request = {"target": target_path, "draft": str(folder), "gamma": gamma, "prompts": prompts,
+    # absolute: vLLM runs in a temporary folder, where the README's relative runs/... paths do not exist
+    local = Path(target_path).exists()
+    request = {"target": str(Path(target_path).absolute()) if local else target_path,
+               "draft": str(Path(folder).absolute()), "gamma": gamma, "prompts": prompts,
                "max_tokens": VLLM_NEW_TOKENS, "dtype": vllm_dtype(target), "max_model_len": max_len}
     print(f"vllm: serving the target alone, then with the draft (γ={gamma}), on {len(prompts)} prompts "
           f"under {python}; two engine loads, minutes on a CPU")
