@@ -4,6 +4,8 @@
                    runs, and q is one-hot when sampling, so the same acceptance rule keeps the output exact
     DraftChain     the draft model, γ greedy or sampled steps (the dynamic schedule stops at a doubtful token);
                    with candidates K > 1 also the draft's next K - 1 tokens at d_1's position (siblings of d_1)
+    HeadChain      a feature head (decode.feature_head): its first step reads the target's features at the
+                   verified positions (left by the verification itself, runner.capture), later steps its own output
 
 Both are a Proposer: generate() asks them in turn for a proposal and tells each, after every round (whoever
 proposed), what the target kept. `accept_sibling` is the siblings' acceptance rule.
@@ -124,6 +126,54 @@ class DraftChain:
         if g - 1 - seen:
             self.cache.crop(-(g - 1 - seen))
         self.pending = kept[seen:] + [nxt]
+
+
+class HeadChain:
+    """A feature head, holding its own KV cache. Head position p pairs token x_{p+1} with the target's features f_p.
+    `pending`: pairs the head has not read yet (the prompt's after prefill; after a round, (f_x, d_1), ...,
+    (f_{d_n}, next) from the verification's features); a proposal starts by reading them, fused by fc."""
+
+    def __init__(self, head, vocab: VocabMap, target, prompt_ids: list[int], first: int, max_len: int,
+                 sampling: SamplingParams, confidence: float, generator, stats):
+        self.head, self.vocab, self.target, self.sampling = head, vocab, target, sampling
+        self.confidence, self.generator, self.stats = confidence, generator, stats
+        self.cache = head.new_cache(max_len)
+        self.ids, self.feats = prompt_ids[1:] + [first], target.features  # (P,), (P, F) from the target's prefill
+
+    def propose(self, ctx: list[int], g: int, room: int) -> Proposal:
+        """Read the pending pairs, then up to g steps, each reading the last drafted token and the head's own
+        output -> d_1..d_g (target ids), q (g, V_target) when sampling. The cache ends holding the pending pairs
+        and d_1..d_{g-1}, drafted positions that advance() drops again."""
+        tokens, qs = [], []
+        t0 = time.perf_counter()
+        out, logits = self.head.step(self.ids, self.head.fuse(self.feats), self.cache)  # (n, H), (V_draft,)
+        while True:
+            if self.sampling.greedy:
+                j = int(logits.argmax())
+                conf = float(torch.softmax(logits.float(), -1)[j]) if self.confidence else 1.0
+            else:
+                q = logits_to_probs(logits, self.sampling)
+                j = sample(q, self.generator)
+                conf = float(q[j])
+                qs.append(self.vocab.expand(q))
+            tokens.append(self.vocab.to_target(j))
+            if len(tokens) == g or conf < self.confidence:
+                break
+            out, logits = self.head.step(tokens[-1:], out[-1:], self.cache)
+        sync(self.head.device)
+        self.stats.draft_seconds += time.perf_counter() - t0
+        self.stats.draft_forwards += len(tokens)
+        self.ids, self.feats = [], self.feats[:0]
+        return Proposal(tokens, torch.stack(qs) if qs else None, source="draft")
+
+    def advance(self, proposal: Proposal, kept: list[int], nxt: int) -> None:
+        """Drop the drafted positions (they read the head's own output, not the target's features); the
+        verification's features at [x, d_1..d_n] pair with d_1..d_n, nxt as the next pending."""
+        if proposal.source == "draft" and len(proposal.tokens) > 1:
+            self.cache.crop(-(len(proposal.tokens) - 1))
+        n = len(kept)
+        self.ids = self.ids + kept + [nxt]
+        self.feats = torch.cat([self.feats, self.target.features[:n + 1]])
 
 
 def accept_sibling(proposal: Proposal, n: int, nxt: int, logits: torch.Tensor, t_cache, stats) -> tuple[list[int], int]:

@@ -4,6 +4,9 @@
     runner.forward(ids, cache, keep) -> (keep, V) logits
     runner.forward(ids, cache, keep, siblings=s)   FastLlama only (runner.tree): the last s ids are alternatives
                                                    to ids[1] (a token tree verified in one forward; decode.speculative)
+    runner.capture = (a, b, c)                     every later forward also leaves runner.features (n, 3H): the
+                                                   hidden states entering layers a, b, c at each of its n ids (HF's
+                                                   output_hidden_states[j]), which a feature head drafts from
 
 HFRunner works for any HF causal LM (DynamicCache), also one spread over several GPUs by a device map.
 FastLlama is a lean forward for llama-family models (llama, mistral, qwen2) on one device, in the spirit of
@@ -30,6 +33,7 @@ from transformers import DynamicCache
 from transformers.activations import ACT2FN
 
 from decode import smallgemm
+from decode.feature_head import FeatureHead, HeadRunner
 
 FAST_MODEL_TYPES = ("llama", "mistral", "qwen2")
 STATEFUL_ROPE = ("dynamic", "longrope")  # RoPE types whose frequencies depend on the sequence length (HFRunner)
@@ -52,6 +56,7 @@ class HFRunner:
     def __init__(self, model):
         self.model, self.config, self.device = model, model.config, model.device
         self.cache_arg = cache_arg(model)
+        self.capture, self.features = (), None
 
     def new_cache(self, max_len: int):
         # no config: a config-built cache gives sliding-window layers that cannot be cropped (rolled back)
@@ -60,10 +65,13 @@ class HFRunner:
 
     def forward(self, ids: list[int], cache, keep: int) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)
-        logits = self.model(input_ids=x, **{self.cache_arg: cache}, use_cache=True, logits_to_keep=keep).logits[0]
+        out = self.model(input_ids=x, **{self.cache_arg: cache}, use_cache=True, logits_to_keep=keep,
+                         output_hidden_states=bool(self.capture))
+        if self.capture:  # (n, len(capture) * H), on the first device like the logits
+            self.features = torch.cat([out.hidden_states[j][0].to(self.device) for j in self.capture], -1)
         # a model spread by a device map returns logits on its last GPU; the decoder and the draft work on the
         # first (self.device, where the inputs go): move the (keep, V) rows there (a no-op on one device)
-        return logits.to(self.device)
+        return out.logits[0].to(self.device)
 
 
 def cache_arg(model) -> str:
@@ -234,6 +242,7 @@ class FastLlama:
         self.norm = model.model.norm.weight
         self.head = _Linear(model.lm_head, **kw)
         self._cos = self._sin = None
+        self.capture, self.features = (), None
         # one-token forwards and prompts (17-256 tokens): rounded weights take the kernel for single tokens and
         # their exact float32 copy for prompts; exact weights take whichever of the kernel and torch's matmul is
         # faster on this machine for each (timed once, here: ~1 s for the default target). The target alone, the
@@ -333,7 +342,10 @@ class FastLlama:
         elif mask is not None and n <= smallgemm.MAX_ROWS:
             # a verification on the CPU: the mask as an additive bias, built once for every layer, (group * n, end)
             bias = torch.zeros(n, end, dtype=self.dtype).masked_fill_(~mask, float("-inf")).repeat(group, 1)
+        captured = []
         for li, (ln1, qkv_lin, o_lin, ln2, gate_up_lin, down_lin) in enumerate(self.layers):
+            if li in self.capture:  # the hidden state entering layer li, (n, hidden)
+                captured.append(h)
             x = self._norm(h, ln1)
             qkv = qkv_lin(x)  # (n, nq + 2 nkv)
             q = qkv[:, :nq].view(n, self.n_heads, hd).transpose(0, 1)  # (heads, n, hd)
@@ -355,6 +367,8 @@ class FastLlama:
             gate, up = gu.chunk(2, dim=-1)
             h = h + down_lin(self.act(gate) * up)
         cache.length = end
+        if self.capture:
+            self.features = torch.cat(captured, -1)  # (n, len(capture) * hidden)
         return self.head(self._norm(h[-keep:], self.norm))  # (keep, V)
 
 
@@ -366,8 +380,10 @@ def runner_for(model, fast: bool = True, weights: str = "float32"):
     model, and rebuilt only when a weight has changed since (a training step bumps the parameters' version
     counters). A model spread over several devices takes HFRunner (one line on stderr says so).
     """
-    if isinstance(model, (HFRunner, FastLlama)):
+    if isinstance(model, (HFRunner, FastLlama, HeadRunner)):
         return model
+    if isinstance(model, FeatureHead):
+        return HeadRunner(model)
     if not (fast and FastLlama.supports(model)):
         _say_why_hf(model)
         return HFRunner(model)

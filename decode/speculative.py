@@ -32,8 +32,9 @@ import torch
 
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
+from decode.feature_head import FeatureHead
 from decode.options import DEFAULT_CONFIDENCE, DecodeOptions, check_schedule
-from decode.proposers import ContextLookup, DraftChain, Proposal, Proposer, accept_sibling, sync
+from decode.proposers import ContextLookup, DraftChain, HeadChain, Proposal, Proposer, accept_sibling, sync
 from decode.runners import FAST_MODEL_TYPES, runner_for
 from decode.sampling import SamplingParams, logits_to_probs, sample
 
@@ -208,7 +209,18 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options:
     Returns the new token ids (ending with EOS if one was produced) and the call's Stats.
     """
     target = runner_for(target)
-    _check_call(target, max_new_tokens, options, stop_strings, tokenizer)
+    _check_call(target, draft, max_new_tokens, options, stop_strings, tokenizer)
+    # a feature head drafts from the target's hidden states at its layers: every target forward leaves them
+    target.capture = tuple(draft.feature_layers) if isinstance(draft, FeatureHead) else ()
+    try:
+        return _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids, stop_strings, tokenizer,
+                         vocab_map, generator)
+    finally:
+        target.capture, target.features = (), None
+
+
+def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids, stop_strings, tokenizer, vocab_map,
+              generator) -> tuple[list[int], Stats]:
     sampling, eos, stats, start = options.sampling, set(eos_token_ids), Stats(), time.perf_counter()
     sched = Schedule(options.schedule, options.gamma if draft is not None or options.lookup else 0, options.confidence)
     # room for the longest verification: 4γ drafts and K - 1 siblings past the last kept token
@@ -221,7 +233,7 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options:
     stats.target_seconds += time.perf_counter() - t0
     stats.target_forwards += 1
     out = [accept([], logits, sampling, None, generator)[1]]
-    proposers = _proposers(draft, options, sched, VocabMap(vocab_map, logits.shape[-1]), prompt_ids, out[0],
+    proposers = _proposers(target, draft, options, sched, VocabMap(vocab_map, logits.shape[-1]), prompt_ids, out[0],
                            max_len, logits.device, generator, stats)
 
     done = _stop_at(out, 0, eos, stop_strings, tokenizer, max_new_tokens)
@@ -248,8 +260,16 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options:
     return out, stats
 
 
-def _check_call(target, max_new_tokens: int, options: DecodeOptions, stop_strings, tokenizer) -> None:
+def _check_call(target, draft, max_new_tokens: int, options: DecodeOptions, stop_strings, tokenizer) -> None:
     """The checks that need more than the options (DecodeOptions checks those)."""
+    if isinstance(draft, FeatureHead):
+        n = target.config.num_hidden_layers
+        if draft.config.hidden_size != target.config.hidden_size or max(draft.feature_layers) >= n:
+            raise UserError(f"this feature head reads layers {draft.feature_layers} of a {draft.config.hidden_size}-wide "
+                            f"target; the target is {target.config.hidden_size} wide with {n} layers: use the head "
+                            "trained for this target")
+        if options.candidates > 1:
+            raise UserError("candidates > 1 is for standalone drafts; a feature head drafts one chain: use candidates=1")
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if stop_strings and tokenizer is None:
@@ -260,14 +280,17 @@ def _check_call(target, max_new_tokens: int, options: DecodeOptions, stop_string
                         "use candidates=1")
 
 
-def _proposers(draft, options: DecodeOptions, sched: Schedule, vocab: VocabMap, prompt_ids: list[int], first: int,
-               max_len: int, device: torch.device, generator, stats: Stats) -> list[Proposer]:
+def _proposers(target, draft, options: DecodeOptions, sched: Schedule, vocab: VocabMap, prompt_ids: list[int],
+               first: int, max_len: int, device: torch.device, generator, stats: Stats) -> list[Proposer]:
     """Context lookup (options.lookup > 0), then the draft (when there is one), in the order they are asked."""
     proposers = []
     if options.lookup:
         proposers.append(ContextLookup(options.lookup, options.lookup_tokens, options.sampling, vocab.target_vocab,
                                        device))
-    if draft is not None:
+    if isinstance(draft, FeatureHead):  # the head carries its own vocabulary map
+        proposers.append(HeadChain(draft, VocabMap(draft.draft_ids(), vocab.target_vocab), target, prompt_ids, first,
+                                   max_len, options.sampling, sched.confidence, generator, stats))
+    elif draft is not None:
         draft = runner_for(draft, weights=options.draft_weights)
         proposers.append(DraftChain(draft, vocab, prompt_ids, first, max_len, options.sampling, sched.confidence,
                                     options.candidates, generator, stats))

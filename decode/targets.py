@@ -23,6 +23,7 @@ from transformers.utils import logging as hf_logging
 
 from decode import draft_folder
 from decode.errors import UserError
+from decode.feature_head import FeatureHead, is_head_folder
 from decode.layer_cut import draft_from_layers, parse_layers
 
 hf_logging.disable_progress_bar()  # per-tensor loading bars drown the jobs' own output
@@ -289,6 +290,14 @@ def load_draft(spec: str, target, target_tok, dtype=None, device: str = "cpu") -
     if spec.startswith("layers:"):
         layers = parse_layers(spec[len("layers:"):], target.config.num_hidden_layers)
         return Draft(draft_from_layers(target, layers), spec)
+    if is_head_folder(resolve(spec)):  # a feature head (EAGLE-3 style): it carries its own vocabulary map
+        head = FeatureHead.load(resolve(spec), dtype or target.dtype, device)
+        check_tokenizers(target_tok, AutoTokenizer.from_pretrained(resolve(spec)))
+        if head.config.hidden_size != target.config.hidden_size or max(head.feature_layers) >= target.config.num_hidden_layers:
+            raise UserError(f"{spec} is a feature head for a {head.config.hidden_size}-wide target with at least "
+                            f"{max(head.feature_layers) + 1} layers; this target is {target.config.hidden_size} wide "
+                            f"with {target.config.num_hidden_layers}: use the head trained for this target")
+        return Draft(head, spec)
     model, tok = load_model(spec, dtype or target.dtype, device)
     vocab_map = draft_folder.read_vocab_map(resolve(spec), model.config.vocab_size)
     check_tokenizers(target_tok, tok, vocab_map)
