@@ -117,7 +117,7 @@ def fit_to_target(target: str, t, e):
                      f"top-K at the first position needs the FastLlama runner ({', '.join(FAST_MODEL_TYPES)} models "
                      "without a sliding window); plain chains are evaluated")
         e = replace(e, candidates=[1])
-    t.design().check(tc)  # widths, layers, vocabulary, prune's architectures
+    t.draft_design().check(tc)  # widths, layers, vocabulary, prune's architectures
     return t, e, notes
 
 

@@ -91,6 +91,7 @@ class Examples:
 
     def __init__(self, ds, row: np.ndarray, p: np.ndarray, first: np.ndarray, n: np.ndarray):
         self.ds, self.row, self.p, self.first, self.n = ds, row, p, first, n
+        self.features = None  # a feature head's stored features (distill/train/head.FeatureStore), example by example
         self._arrow = ds.select_columns([c for c in COLUMNS if c in ds.column_names]).with_format("arrow")
 
     @classmethod
@@ -122,8 +123,12 @@ class Examples:
         table = self._arrow[[int(self.row[i]) for i in idx]]  # pyarrow.Table of these rows
         cols = {name: _per_row(table.column(name)) for name in table.column_names}
         tk_ids, tk_lp = cols.get("topk_ids", [None] * len(idx)), cols.get("topk_logprobs", [None] * len(idx))
-        return [_slice(cols["prompt_ids"][j], cols["response_ids"][j], tk_ids[j], tk_lp[j],
-                       int(self.p[i]), int(self.first[i]), int(self.n[i])) for j, i in enumerate(idx)]
+        out = [_slice(cols["prompt_ids"][j], cols["response_ids"][j], tk_ids[j], tk_lp[j],
+                      int(self.p[i]), int(self.first[i]), int(self.n[i])) for j, i in enumerate(idx)]
+        if self.features is not None:
+            for e, i in zip(out, idx):
+                e["features"] = self.features[i]  # (T_i, F) float16
+        return out
 
 
 class TokenRows:
@@ -220,13 +225,15 @@ def micro_batch(examples: list[dict], order_fn, step: int, accum: int, world: in
     return [examples[i] for i in batch_indices(order_fn, step, accum, world, rank, micro)]
 
 
-def collate(batch: list[dict], vocab: VocabMap | None, pad_id: int = 0) -> dict:
+def collate(batch: list[dict], vocab: VocabMap | None, pad_id: int = 0, map_inputs: bool = True) -> dict:
     """Right-padded inputs plus flat (N = sum of response lengths) teacher targets. Examples may hold lists or
     numpy arrays; the teacher's rows are used when every example has them.
 
     input_ids, attention_mask: (B, T), student-space ids; sel: (N,) flat indices into B*T of the predicting positions;
     topk_ids: (N, k) student-space ids (-1 = not in the draft vocabulary); topk_logprobs: (N, k);
     labels: (N,) student-space ids; target_top1: (N,) target ids the proxy compares against.
+    map_inputs=False keeps input_ids in target ids (a feature head reads them through the target's embedding);
+    examples with features (a feature head's stored ones, (T_i, F)) give features (B, T, F) float32, zero-padded.
     """
     T = max(len(e["input_ids"]) for e in batch)
     ids = np.full((len(batch), T), pad_id, dtype=np.int64)
@@ -237,9 +244,14 @@ def collate(batch: list[dict], vocab: VocabMap | None, pad_id: int = 0) -> dict:
     sel = np.concatenate([b * T + e["start"] + np.arange(len(e["labels"])) for b, e in enumerate(batch)])
     labels = torch.from_numpy(np.concatenate([np.asarray(e["labels"], dtype=np.int64) for e in batch]))
     ids = torch.from_numpy(ids)
-    if vocab is not None:  # a reduced-vocabulary draft reads context outside its vocabulary as draft id 0, as decode/ does
+    if vocab is not None and map_inputs:  # a reduced-vocabulary draft reads context outside its vocabulary as draft id 0, as decode/ does
         ids = vocab.inputs(ids)
     out = {"input_ids": ids, "attention_mask": torch.from_numpy(mask), "sel": torch.from_numpy(sel.astype(np.int64))}
+    if all(e.get("features") is not None for e in batch):
+        feats = np.zeros((len(batch), T, batch[0]["features"].shape[1]), dtype=np.float32)
+        for b, e in enumerate(batch):
+            feats[b, : len(e["features"])] = e["features"]
+        out["features"] = torch.from_numpy(feats)
     if all(e["topk_ids"] is not None for e in batch):
         teacher = torch.from_numpy(np.concatenate([np.asarray(e["topk_ids"], dtype=np.int64) for e in batch]))
         out["topk_ids"] = vocab.teacher(teacher) if vocab is not None else teacher
@@ -261,8 +273,8 @@ class StepBatches(torch.utils.data.Dataset):
     a pure function of i, so a resumed run (or any worker) builds exactly the same batches."""
 
     def __init__(self, examples: Examples, order_fn, vocab: VocabMap | None, first_step: int, steps: int,
-                 accum: int, world: int, rank: int):
-        self.examples, self.order_fn, self.vocab = examples, order_fn, vocab
+                 accum: int, world: int, rank: int, map_inputs: bool = True):
+        self.examples, self.order_fn, self.vocab, self.map_inputs = examples, order_fn, vocab, map_inputs
         self.first_step, self.steps, self.accum, self.world, self.rank = first_step, steps, accum, world, rank
 
     def __len__(self) -> int:
@@ -271,7 +283,7 @@ class StepBatches(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict:
         step, micro = divmod(i, self.accum)
         idx = batch_indices(self.order_fn, self.first_step + step, self.accum, self.world, self.rank, micro)
-        return collate(self.examples.take(idx), self.vocab)
+        return collate(self.examples.take(idx), self.vocab, map_inputs=self.map_inputs)
 
 
 def feed(batches: StepBatches, workers: int, depth: int = 4):

@@ -8,10 +8,12 @@ weights, a reduced vocabulary's map beside it.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import asdict
 from pathlib import Path
 
 from decode import draft_folder
+from decode.feature_head import FeatureHead
 from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET
 from distill.train import batches, copy_circuit
 
@@ -22,10 +24,12 @@ def record(cfg, draft, data, command: str, step: int, metrics: dict, wandb: dict
     draft: job.Draft; data: data.Data (the training split: its rows and response tokens are counted).
     """
     infos = data.infos  # collect_info() of each --data dir, in order; the first one's settings name the prompts
+    design = ({**draft.card, "init": cfg.init, "freeze": cfg.freeze} if cfg.design == "feature_head"
+              else {**asdict(draft.design), **draft.card, "layers": draft.layers})
     return {
         "target": cfg.target,
         "target_name": DEFAULT_HUB_ID if cfg.target == DEFAULT_TARGET else cfg.target,
-        "design": {**asdict(draft.design), **draft.card, "layers": draft.layers},
+        "design": design,
         "init": cfg.init,
         "loss": cfg.loss,
         "data": {"path": cfg.data, "rows": len(data.train), "tokens": int(batches.row_lengths(data.train)[1].sum()),
@@ -47,6 +51,11 @@ def write(state_dict: dict, hf_dir: Path, model, tok, vocab_map: list[int] | Non
     model: the draft module itself (a PeftModel under LoRA), for its config and to merge the adapter.
     """
     sd = {k.removeprefix("model."): v for k, v in state_dict.items()}
+    if isinstance(model, FeatureHead):  # the speculators folder vLLM loads, with the tokenizer and our record
+        model.save(hf_dir, meta["train_config"].get("spec_eval_gamma", 3), state_dict=sd)
+        tok.save_pretrained(hf_dir)
+        (hf_dir / draft_folder.META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        return
     gain = copy_circuit.output_gain(model, calib_seqs) if calib_seqs else None
     if gain is not None:  # the exported draft is the calibrated one that the proxy measured
         norm = sd["model.norm.weight"] = sd["model.norm.weight"].clone()

@@ -23,15 +23,22 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from decode import cli
+from decode import cli, latency
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.options import DecodeOptions
 from decode.targets import load_target, load_tokenizer, resolve
 from distill.tracking import Tracker
-from distill.train import batches, checkpoints, copy_circuit, loop, losses, proxy
+from distill.train import batches, checkpoints, copy_circuit, head, loop, losses, proxy
 from distill.train.data import Data, batch_order, data_workers, load_data, make_examples
-from distill.train.designs import DraftDesign, apply_freeze, build_draft_from_files, circuit_sample, describe
+from distill.train.designs import (
+    DraftDesign,
+    apply_freeze,
+    build_draft_from_files,
+    circuit_sample,
+    describe,
+    frequent_tokens,
+)
 from distill.train.student import Student
 
 
@@ -42,7 +49,16 @@ class TrainConfig:
                              metadata={"help": "collected dataset (distill.collect --output), or a list of them (e.g. + on-policy rows)"})
     eval_data: str | None = field(default=None, metadata={"help": "collected held-out dataset (default: 5%% of --data by id)"})
     output: str = field(default="runs/train-default", metadata={"help": "run dir: checkpoints, metrics.jsonl, W&B"})
-    # --- draft design (distill/train/designs.py)
+    # --- draft design (distill/train/designs.py; feature heads: distill/train/head.py)
+    design: str = field(default="standalone", metadata={"help": "standalone (a small causal LM) | feature_head "
+                        "(EAGLE-3 style: one layer reading the target's hidden states)"})
+    feature_layers: list | None = field(default=None, metadata={"help": "feature_head: target layers whose input "
+                                        "hidden states it reads; None = (2, L/2, L-3) as vLLM"})
+    features: str = field(default="stored", metadata={"help": "feature_head: stored (extracted once into RUN/features) "
+                          "| online (the target runs in every step; nothing stored)"})
+    ttt_steps: int = field(default=3, metadata={"help": "feature_head: training-time test steps (the head unrolled "
+                           "on its own outputs)"})
+    ttt_decay: float = field(default=0.8, metadata={"help": "feature_head: loss weight of TTT step k is decay^k"})
     layers: int | list = field(default=2, metadata={"help": "draft depth, or target layer indices e.g. [0, 29]"})
     hidden_size: int | None = field(default=None, metadata={"help": "draft width (prune init); None = target's"})
     intermediate_size: int | None = field(default=None, metadata={"help": "FFN width; None = target's"})
@@ -100,19 +116,29 @@ class TrainConfig:
         if self.copy_circuit and self.lora_r:
             raise UserError("--lora-r with --copy-circuit: LoRA's dense low-rank updates would write into the circuit's "
                             "private dims; use one or the other")
+        if self.design not in ("standalone", "feature_head"):
+            raise UserError(f"--design must be standalone or feature_head, got {self.design!r}")
+        if self.features not in head.FEATURE_SOURCES:
+            raise UserError(f"--features must be one of {', '.join(head.FEATURE_SOURCES)}, got {self.features!r}")
+        if self.design == "feature_head" and (self.copy_circuit or self.lora_r or isinstance(self.layers, list)
+                                              or self.init not in ("target_layers", "random")):
+            raise UserError("--design feature_head is one decoder layer with --init target_layers or random; "
+                            "--copy-circuit, --lora-r and a list of --layers are for standalone drafts")
+        if not 0 < self.ttt_decay <= 1:
+            raise UserError(f"--ttt-decay must be in (0, 1], got {self.ttt_decay}")
         bad = set(self.loss) - set(losses.LOSS_NAMES)
         weights = list(self.loss.values())
         if bad or not all(isinstance(v, (int, float)) and v >= 0 for v in weights) or not any(v > 0 for v in weights):
             raise UserError(f"--loss {self.loss}: give weights >= 0 (one of them > 0) over {list(losses.LOSS_NAMES)}")
 
-    def design(self) -> DraftDesign:
+    def draft_design(self) -> DraftDesign:
         keys = ("layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "init", "vocab", "freeze",
                 "copy_circuit")
         return DraftDesign(**{k: getattr(self, k) for k in keys})
 
 
 # the numbers a run cannot use below a bound (a typo such as --lr -1e-3 would otherwise train backwards)
-AT_LEAST = {1: ("max_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "loss_chunk_mb",
+AT_LEAST = {1: ("max_steps", "ttt_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "loss_chunk_mb",
                 "spec_eval_gamma", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"),
             0: ("warmup_steps", "keep_last", "eval_rows", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
 
@@ -178,6 +204,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     # resumed run sees the same data without saving a sampler
     train_ex, eval_ex = make_examples(cfg, data)
     order = batch_order(cfg, train_ex)
+    online = head_features(cfg, accelerator, draft, train_ex, eval_ex, log) if cfg.design == "feature_head" else None
 
     # --- optimizer and engine: accelerate wraps the Student (DDP, or a DeepSpeed engine with its own optimizer)
     student, optimizer, params = make_engine(cfg, accelerator, draft.model)
@@ -187,9 +214,9 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     state, tracker = resume(cfg, accelerator, run_dir, log)
     step = state["step"] if state else 0
     command = command or launch_command(argv)
-    run = loop.Run(cfg, accelerator, student, optimizer, params, draft, tok, data, command, run_dir, tracker)
+    run = loop.Run(cfg, accelerator, student, optimizer, params, draft, tok, data, command, run_dir, tracker, online)
     held = proxy.HeldOut(eval_ex, cfg.batch_size, draft.vocab, draft.calib_seqs, spec_target, tok,
-                         cfg.spec_eval_prompts, cfg.spec_eval_gamma)
+                         cfg.spec_eval_prompts, cfg.spec_eval_gamma, online)
 
     # --- loop: one optimizer step (grad_accum micro-batches) per iteration; train/* metrics every log_every steps,
     # eval/* every eval_every, a checkpoint every save_every or on a preemption signal, each also at the last step
@@ -201,7 +228,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     stop = loop.StopSignal()
     # a step's micro-batches are collated ahead, off the main thread, from this step on (batches.feed)
     step_batches = batches.StepBatches(train_ex, order, draft.vocab, step, cfg.max_steps, cfg.grad_accum, world,
-                                       accelerator.process_index)
+                                       accelerator.process_index, map_inputs=cfg.design == "standalone")
     feed = batches.feed(step_batches, data_workers(cfg))
     try:
         while step < cfg.max_steps:
@@ -313,7 +340,9 @@ def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
     """The draft from the target's folder: target_layers reads only the kept layers' tensors, prune loads the
     whole target for its activations and drops it (designs.build_draft_from_files)."""
     seqs = batches.TokenRows(data.train)  # token ids per row, read from disk as the build needs them
-    design = cfg.design()
+    if cfg.design == "feature_head":
+        return build_feature_head(cfg, tok, seqs, accelerator)
+    design = cfg.draft_design()
     folder = resolve(cfg.target)
     tc = AutoConfig.from_pretrained(folder)
     model, vocab_map = build_draft_from_files(design, folder, tok, seqs, cfg.seed, str(accelerator.device))
@@ -341,6 +370,53 @@ def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
     return Draft(model, design, layers, vocab_map, vocab, calib_seqs, card)
 
 
+def build_feature_head(cfg: TrainConfig, tok, seqs, accelerator) -> Draft:
+    """A feature head (head.py): the target's embedding and head rows frozen, fc + one layer trained."""
+    folder = resolve(cfg.target)
+    tc = AutoConfig.from_pretrained(folder)
+    vocab_map = (frequent_tokens(seqs, int(cfg.vocab), [tok.eos_token_id, tok.pad_token_id])
+                 if cfg.vocab != "full" else None)
+    model = head.build_head(cfg, folder, vocab_map, cfg.seed).to(accelerator.device)
+    head.freeze_head(model, cfg.freeze)
+    total, trainable = (sum(p.numel() for p in model.parameters() if p.requires_grad or not only) for only in (False, True))
+    card = {"kind": "feature_head", "feature_layers": model.feature_layers, "head_layers": 1, "layers": 1,
+            "hidden_size": tc.hidden_size, "vocab_size": model.draft_vocab_size, "params": total,
+            "trainable_params": trainable, "features": cfg.features, "ttt_steps": cfg.ttt_steps,
+            "step_ms": round(latency.step_latency(model.eval(), context=128, n_tokens=1) * 1e3, 3)}
+    model.train()
+    vocab = VocabMap(vocab_map, tc.vocab_size) if vocab_map is not None else None
+    design = cfg.draft_design()
+    return Draft(model, design, model.feature_layers, vocab_map, vocab, None, card)
+
+
+EXTRACT_TOKENS = 4096  # padded tokens a feature-extraction forward (examples of similar length together)
+
+
+def head_features(cfg: TrainConfig, accelerator, draft: Draft, train_ex, eval_ex, log):
+    """stored: the main process extracts every example's features into RUN/features once (resumable), every
+    rank reads them with its batches -> None. online: the target on this rank, run inside each step."""
+    dtype = torch.bfloat16 if accelerator.device.type == "cuda" and cfg.precision != "fp32" else torch.float32
+    if cfg.features == "online":
+        return head.OnlineFeatures(load_target(cfg.target, dtype, str(accelerator.device))[0], draft.layers)
+    folder = Path(cfg.output) / "features"
+    if accelerator.is_main_process:
+        folder.mkdir(parents=True, exist_ok=True)
+        target = load_target(cfg.target, dtype, str(accelerator.device))[0]
+        t0 = time.perf_counter()
+        stores = [head.extract(target, ex, draft.layers, folder / f"{name}.f16", EXTRACT_TOKENS, log)
+                  for name, ex in (("train", train_ex), ("heldout", eval_ex))]
+        tokens = int(sum(s.offsets[-1] for s in stores))
+        head.write_info(Path(cfg.output), {"layers": draft.layers, "tokens": tokens, "bytes_per_token": stores[0].bytes_per_token,
+                                           "bytes": tokens * stores[0].bytes_per_token, "dtype": "float16",
+                                           "seconds_this_start": round(time.perf_counter() - t0, 1)})
+        del target
+    accelerator.wait_for_everyone()
+    width = len(draft.layers) * AutoConfig.from_pretrained(resolve(cfg.target)).hidden_size
+    train_ex.features = head.FeatureStore(folder / "train.f16", train_ex.lengths, width)
+    eval_ex.features = head.FeatureStore(folder / "heldout.f16", eval_ex.lengths, width)
+    return None
+
+
 def draft_line(card: dict, device) -> str:
     """The "draft: ..." line: its shape, size and measured single-token latency."""
     return (f"draft: {card['layers']} layers x {card['hidden_size']} wide, vocab {card['vocab_size']}, "
@@ -355,7 +431,10 @@ def make_engine(cfg: TrainConfig, accelerator, model) -> tuple[torch.nn.Module, 
     """(student, optimizer) as prepared by accelerate, and the trainable parameters (DeepSpeed takes grad
     accumulation, micro-batch size and clipping from us)."""
     ds_plugin = accelerator.state.deepspeed_plugin
-    student = Student(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20)
+    if cfg.design == "feature_head":
+        student = head.HeadStudent(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20, cfg.ttt_steps, cfg.ttt_decay)
+    else:
+        student = Student(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20)
     params = [p for p in student.parameters() if p.requires_grad]
     # fused: one kernel over every parameter (52 -> 11 ms a step for the default draft's 9.9M trainable parameters
     # on 2 CPU cores); under DeepSpeed the ZeRO optimizer steps its own flat partitions, so the default kernel there

@@ -36,6 +36,7 @@ class Run:
     command: str                    # this stage's command line, recorded in specdistill.json
     run_dir: Path
     tracker: Tracker
+    online: Any = None              # a feature head's online features (head.OnlineFeatures); None otherwise
 
 
 def train_step(run: Run, feed, step: int) -> tuple[dict, int]:
@@ -47,6 +48,8 @@ def train_step(run: Run, feed, step: int) -> tuple[dict, int]:
     step_loss, parts_sum, tokens = torch.zeros((), device=accelerator.device), {}, 0
     for _ in range(cfg.grad_accum):
         b = {k: v.to(accelerator.device, non_blocking=True) for k, v in next(feed).items()}
+        if run.online is not None:  # a feature head's features, from the target now
+            b["features"] = run.online(b)
         with accelerator.accumulate(student):
             # the head and the loss run inside the Student's forward, over chunks of the N trained positions
             loss, parts = student(b["input_ids"], b["attention_mask"], b["sel"], targets=b)

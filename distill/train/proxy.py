@@ -35,6 +35,7 @@ class HeldOut:
     tok: Any = None
     prompts: int = 0                # --spec-eval-prompts
     gamma: int = DecodeOptions.gamma
+    online: Any = None              # a feature head's online features (head.OnlineFeatures)
 
 
 @torch.no_grad()
@@ -57,11 +58,17 @@ def acceptance_proxy(accelerator, student, held: HeldOut) -> float:
     rank, world, size = accelerator.process_index, accelerator.num_processes, held.batch_size
     agree = torch.zeros(2, device=accelerator.device)  # (agreements, positions)
     for i in range(rank * size, len(held.examples), world * size):
-        b = batches.collate(held.examples.take(range(i, min(i + size, len(held.examples)))), held.vocab)
+        head = held.examples.features is not None or held.online is not None
+        b = batches.collate(held.examples.take(range(i, min(i + size, len(held.examples)))), held.vocab,
+                            map_inputs=not head)
         b = {k: v.to(accelerator.device) for k, v in b.items()}
+        if held.online is not None:
+            b["features"] = held.online(b)
         # the head in chunks of positions, with the model's final soft-capping (Student.logits)
-        pred = student(b["input_ids"], b["attention_mask"], b["sel"], argmax=True)  # (N,) draft ids
-        pred = held.vocab.targets(pred) if held.vocab is not None else pred  # (N,) target ids
+        kw = {"features": b["features"]} if head else {}
+        pred = student(b["input_ids"], b["attention_mask"], b["sel"], argmax=True, **kw)  # (N,) draft ids
+        if held.vocab is not None:  # (N,) target ids; -1 (no prediction) stays -1
+            pred = torch.where(pred >= 0, held.vocab.targets(pred.clamp(min=0)), pred)
         agree += torch.stack([(pred == b["target_top1"]).sum().float(), torch.tensor(float(len(pred)), device=pred.device)])
     agree = accelerator.reduce(agree, "sum")
     return round((agree[0] / agree[1].clamp_min(1)).item(), 4)

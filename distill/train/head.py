@@ -1,0 +1,248 @@
+"""Feature-conditioned heads (`--design feature_head`, EAGLE-3 style): how they are built, where their features
+come from, and their training-time test.
+
+    build_head      the head of decode.feature_head: the target's embedding, final norm and head rows (frozen,
+                    as EAGLE-3 keeps them), plus fc and one decoder layer, from the target's last layer
+                    (--init target_layers: fc passes the highest feature layer through) or random (--init random)
+    features        stored: the target runs once over every example at the start of the run; its hidden states
+                    at the feature layers go to RUN/features/{train,heldout}.f16 (float16, 3H values a token),
+                    resumable, reused by resumed runs. online: the target runs inside every step instead
+                    (nothing stored; the step pays a target forward), the choice for targets whose features
+                    would not fit on disk
+    HeadStudent     the training-time test: the head runs --ttt-steps times over a batch; step 0 reads the
+                    target's features, step k > 0 its own step k-1 outputs (as decoding does), attending to
+                    step 0's keys up to its position and to its own earlier steps' keys at that position only.
+                    Step k at head position p predicts x_{p+2+k}; the loss is distillation on the stored top-k
+                    there, weighted ttt_decay^k.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoConfig
+
+from decode.errors import UserError
+from decode.feature_head import FeatureHead, default_layers, layer_config
+from decode.layer_cut import draft_from_files
+from distill.train import losses
+from distill.train.student import chunk_rows
+
+FEATURE_SOURCES = ("stored", "online")
+
+
+def feature_layers(cfg, n_layers: int) -> list[int]:
+    layers = sorted(set(cfg.feature_layers)) if cfg.feature_layers else default_layers(n_layers)
+    if not layers or not all(isinstance(j, int) and 1 <= j < n_layers for j in layers):
+        raise UserError(f"--feature-layers {cfg.feature_layers}: give target layer ids in 1..{n_layers - 1} (the "
+                        f"hidden state entering that layer); default {default_layers(n_layers)}")
+    return layers
+
+
+# --- construction
+
+
+@torch.no_grad()
+def build_head(cfg, folder: str, draft_ids: list[int] | None, seed: int) -> FeatureHead:
+    """The head for the target in `folder` (its last layer's tensors only are read, besides embedding, norm, head)."""
+    tc = AutoConfig.from_pretrained(folder)
+    n = tc.num_hidden_layers
+    src = draft_from_files(folder, [n - 1], torch.float32)  # a 1-layer model: the target's last layer + ends
+    torch.manual_seed(seed)
+    head = FeatureHead(layer_config(tc), feature_layers(cfg, n), draft_ids,
+                       {"name_or_path": cfg.target, "architectures": list(tc.architectures or [])})
+    std = getattr(tc, "initializer_range", 0.02)
+    for p in head.parameters():
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, std=std)
+    head.embed_tokens.weight.copy_(src.get_input_embeddings().weight)
+    out = src.get_output_embeddings().weight
+    head.lm_head.weight.copy_(out[torch.tensor(draft_ids)] if draft_ids is not None else out)
+    head.norm.weight.copy_(src.model.norm.weight)
+    if cfg.init == "target_layers":
+        _from_layer(head, src.model.layers[0])
+    elif cfg.init != "random":
+        raise UserError(f"--init {cfg.init!r} with --design feature_head: use target_layers or random")
+    return head
+
+
+def _from_layer(head: FeatureHead, layer) -> None:
+    """The head's layer from a target layer: q/k/v read the features half as that layer reads its input (the
+    embedding half starts small and random), fc passes the highest feature layer through unchanged."""
+    mine, a = head.layers[0], layer.self_attn
+    H = head.config.hidden_size
+    for name in ("q_proj", "k_proj", "v_proj"):
+        w = getattr(mine.self_attn, name).weight  # (out, 2H): [embedding half | features half]
+        w[:, H:].copy_(getattr(a, name).weight)
+        if getattr(a, name).bias is not None:
+            getattr(mine.self_attn, name).bias.copy_(getattr(a, name).bias)
+    mine.self_attn.o_proj.load_state_dict(a.o_proj.state_dict())
+    mine.mlp.load_state_dict(layer.mlp.state_dict())
+    for norm in ("input_layernorm", "hidden_norm"):
+        getattr(mine, norm).weight.copy_(layer.input_layernorm.weight)
+    mine.post_attention_layernorm.weight.copy_(layer.post_attention_layernorm.weight)
+    head.fc.weight.zero_()
+    head.fc.weight[:, -H:].copy_(torch.eye(H))
+
+
+def freeze_head(head: FeatureHead, parts: list[str]) -> None:
+    """The embedding is always the target's (frozen); `head` freezes lm_head, `norm` the final norm."""
+    for p in head.parameters():
+        p.requires_grad_(True)
+    head.embed_tokens.weight.requires_grad_(False)
+    if "head" in parts:
+        head.lm_head.weight.requires_grad_(False)
+    if "norm" in parts:
+        head.norm.weight.requires_grad_(False)
+
+
+# --- features
+
+
+def target_features(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, layers: list[int]) -> torch.Tensor:
+    """(B, T) -> (B, T, len(layers) * H): the hidden states entering `layers` (HF output_hidden_states[j])."""
+    out = model.base_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    return torch.cat([out.hidden_states[j] for j in layers], -1)
+
+
+class FeatureStore:
+    """Features of examples 0..E-1 of one Examples, in one float16 file: rows offsets[i]:offsets[i+1] are example
+    i's input positions. `done` (a side file) counts the examples written, so an interrupted extraction resumes."""
+
+    def __init__(self, path: Path, lengths: np.ndarray, width: int):
+        self.path, self.width = path, width
+        self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        total = int(self.offsets[-1])
+        mode = "r+" if path.is_file() and path.stat().st_size == total * width * 2 else "w+"
+        self.data = np.memmap(path, dtype=np.float16, mode=mode, shape=(max(total, 1), width))
+        self._done = path.with_suffix(".done")
+
+    @property
+    def done(self) -> int:
+        return int(self._done.read_text()) if self._done.is_file() else 0
+
+    def mark(self, n: int) -> None:
+        self.data.flush()
+        self._done.write_text(str(n))
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.data[self.offsets[i]:self.offsets[i + 1]]
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.width
+
+
+@torch.no_grad()
+def extract(model, examples, layers: list[int], path: Path, tokens: int, log) -> FeatureStore:
+    """Run the target over every example into a FeatureStore at `path`: shortest first, about `tokens` padded
+    tokens a forward (similar lengths pad little); `done` counts examples in that order, so a rerun resumes."""
+    width = len(layers) * model.config.hidden_size
+    lengths = examples.lengths
+    store = FeatureStore(path, lengths, width)
+    order = np.argsort(lengths, kind="stable")
+    start, n = store.done, len(examples)
+    if start >= n:
+        return store
+    log(f"features: {n - start} of {n} examples into {path} ({store.bytes_per_token} bytes a token)")
+    i, chunks = start, 0
+    while i < n:
+        size = 1  # grow the chunk while its longest (last, in this order) example keeps it within `tokens`
+        while i + size < n and (size + 1) * int(lengths[order[i + size]]) <= tokens:
+            size += 1
+        idx = [int(j) for j in order[i:i + size]]
+        seqs = [np.asarray(e["input_ids"]) for e in examples.take(idx)]
+        T = max(len(s) for s in seqs)
+        ids = torch.zeros(len(seqs), T, dtype=torch.long)
+        mask = torch.zeros(len(seqs), T, dtype=torch.long)
+        for b, s in enumerate(seqs):
+            ids[b, :len(s)], mask[b, :len(s)] = torch.from_numpy(s), 1
+        f = target_features(model, ids.to(model.device), mask.to(model.device), layers).float().cpu().numpy()
+        for b, (j, s) in enumerate(zip(idx, seqs)):
+            store.data[store.offsets[j]:store.offsets[j + 1]] = f[b, :len(s)]
+        i, chunks = i + len(idx), chunks + 1
+        if chunks % 16 == 0 or i == n:
+            store.mark(i)
+    return store
+
+
+def write_info(run_dir: Path, info: dict) -> None:
+    (run_dir / "features" / "features.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+# --- the training-time test
+
+
+class HeadStudent(torch.nn.Module):
+    """The head as training sees it. forward(input_ids (B, T) target ids, attention_mask, sel (N,) flat indices
+    into B*T of predicting positions (position i predicts x_{i+1}, as for standalone drafts), features (B, T, F))
+    -> (loss, parts) with targets (collate's topk_ids, topk_logprobs, labels in draft ids), or (N,) draft-id
+    argmax at step 0 (-1 where no head position predicts that token: i = 0) with argmax=True."""
+
+    def __init__(self, head: FeatureHead, weights: dict, jsd_beta: float, chunk_bytes: int, ttt_steps: int,
+                 ttt_decay: float):
+        super().__init__()
+        self.model = head
+        self.weights, self.jsd_beta, self.rows = weights, jsd_beta, chunk_rows(head.draft_vocab_size, chunk_bytes)
+        self.ttt_steps, self.ttt_decay = ttt_steps, ttt_decay
+
+    def unroll(self, input_ids: torch.Tensor, features: torch.Tensor, steps: int):
+        """Yield the head's outputs (B, n = T-1, H) for TTT steps 0..steps-1: at step k head position p reads
+        x_{p+1+k} (the target's token; 0 past the end) at rotary position p+1+k, and f_p (k = 0) or its own step
+        k-1 output at p; it attends to step 0's keys at positions <= p and to steps 1..k's keys at p only."""
+        head = self.model
+        B, T = input_ids.shape
+        n = T - 1
+        tok, hid = input_ids[:, 1:], head.fuse(features[:, :-1])  # (B, n), (B, n, H)
+        pos = torch.arange(1, T, device=input_ids.device)[None].expand(B, n)
+        causal = torch.ones(n, n, dtype=torch.bool, device=tok.device).tril()
+        eye = torch.eye(n, dtype=torch.bool, device=tok.device)
+        past = None
+        for k in range(steps):
+            mask = None if k == 0 else torch.cat([causal] + [eye] * k, 1)  # (n, (k + 1) n)
+            out, kk, vv = head(tok, hid, pos + k, past, mask)  # (B, n, H)
+            past = (kk, vv) if past is None else (torch.cat([past[0], kk], 2), torch.cat([past[1], vv], 2))
+            yield out
+            tok = torch.cat([input_ids[:, k + 2:], input_ids.new_zeros(B, k + 2)], 1)[:, :n]
+            hid = out
+
+    def forward(self, input_ids, attention_mask, sel, targets: dict | None = None, argmax: bool = False,
+                features: torch.Tensor | None = None):
+        head = self.model
+        feats = features if features is not None else targets["features"]
+        T = input_ids.shape[1]
+        b_idx, i_idx = sel // T, sel % T
+        total, parts, weight = 0.0, {}, 0.0
+        for k, out in enumerate(self.unroll(input_ids, feats, 1 if argmax else self.ttt_steps)):
+            p = i_idx - 1 - k  # the head position whose step k predicts the token of sel's position i
+            ok = p >= 0
+            h = out[b_idx[ok], p[ok]]  # (N_k, H)
+            if argmax:
+                pred = torch.full((len(sel),), -1, dtype=torch.long, device=sel.device)
+                pred[ok] = torch.cat([head.logits(h[s:s + self.rows]).argmax(-1) for s in range(0, len(h), self.rows)])
+                return pred
+            t = {key: targets[key][ok] if targets.get(key) is not None else None
+                 for key in ("topk_ids", "topk_logprobs", "labels")}
+            live = torch.ones(len(h), dtype=torch.bool, device=h.device)
+            loss_k, parts_k = losses.chunked_loss(h, head.logits, t["topk_ids"], t["topk_logprobs"], t["labels"],
+                                                  live, self.weights, self.jsd_beta, self.rows)
+            w = self.ttt_decay ** k
+            total, weight = total + w * loss_k, weight + w
+            parts[f"step{k}"] = loss_k.detach()
+            if k == 0:
+                parts.update(parts_k)
+        return total / weight, parts
+
+
+class OnlineFeatures:
+    """--features online: the target (frozen, not part of the trained module) runs inside each step."""
+
+    def __init__(self, model, layers: list[int]):
+        self.model, self.layers = model, layers
+
+    @torch.no_grad()
+    def __call__(self, batch: dict) -> torch.Tensor:
+        return target_features(self.model, batch["input_ids"], batch["attention_mask"], self.layers).float()
