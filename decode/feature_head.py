@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
+from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import (
     LlamaMLP,
     LlamaRMSNorm,
@@ -55,10 +56,16 @@ def is_head_folder(folder: str | Path) -> bool:
 
 
 def layer_config(target_config) -> LlamaConfig:
-    """The head's one decoder layer, shaped like the target's layers (a llama layer whatever the target's kind)."""
-    c = target_config.to_dict()
-    kept = {k: c[k] for k in LAYER_KEYS if c.get(k) is not None}
-    kept.setdefault("head_dim", c["hidden_size"] // c["num_attention_heads"])
+    """The head's one decoder layer, shaped like the target's layers: a llama layer whatever the target's kind
+    (read through the config's attributes, so gpt2's n_embd counts as hidden_size)."""
+    c = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
+    kept = {k: getattr(c, k) for k in LAYER_KEYS if getattr(c, k, None) is not None}
+    kept.setdefault("num_key_value_heads", c.num_attention_heads)
+    kept.setdefault("head_dim", c.hidden_size // c.num_attention_heads)
+    kept.setdefault("intermediate_size", 4 * c.hidden_size)
+    kept.setdefault("rms_norm_eps", getattr(c, "layer_norm_eps", None) or getattr(c, "layer_norm_epsilon", None) or 1e-6)
+    if kept.get("hidden_act") not in ACT2FN:
+        kept["hidden_act"] = "silu"
     kept["tie_word_embeddings"] = False  # the head's lm_head is its own (draft-vocabulary rows), never the embedding
     return LlamaConfig(**kept, num_hidden_layers=1)
 

@@ -1,4 +1,4 @@
-"""The main job: collect -> train -> evaluate -> report, on one target, with one command.
+"""The main job: collect -> train -> evaluate -> report -> ship, on one target, with one command.
 
     python -m distill.pipeline --config configs/pipeline/default.yaml
     python -m distill.pipeline --config configs/pipeline/default.yaml --preset quick     # a first look in minutes
@@ -7,6 +7,11 @@ A preset's run writes to its own folder, the output + `-PRESET` (runs/pipeline-d
 is given on the command line, so the full run after a quick look starts its own collection. Every stage section
 is checked (options, types, each config's checks, the prompt sets, the target's architecture) before the first
 collection starts.
+
+Both kinds of draft are trained on the same collected data by default (`designs`): a standalone draft (`train`
+section, RUN/train) and a feature head (`head` section, RUN/train-head, distill/train/head.py). Evaluation measures
+them side by side in the decoder, and the one with the highest measured speedup is copied to RUN/draft, the
+folder to publish (pipeline.json says which and why).
 
 Each stage writes under --output and resumes: rerunning the same command skips finished collection,
 continues training from its last checkpoint, and re-evaluates. Stage settings are the stages' own configs
@@ -36,7 +41,7 @@ from distill.collect import shards, vllm_engine
 from distill.collect.job import SETTINGS_SINCE
 from distill.evaluate.report import headline
 from distill.prompts import load_prompts
-from distill.train import copy_circuit
+from distill.train import checkpoints, copy_circuit
 
 TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` runs
 
@@ -47,20 +52,33 @@ class PipelineConfig:
     output: str = field(default="runs/pipeline", metadata={"help": "root folder of all stage outputs"})
     collect: dict = field(default_factory=dict, metadata={"help": "distill.collect overrides for the training data"})
     heldout: dict = field(default_factory=dict, metadata={"help": "distill.collect overrides for held-out data (proxy)"})
-    train: dict = field(default_factory=dict, metadata={"help": "distill.train overrides"})
+    train: dict = field(default_factory=dict, metadata={"help": "distill.train overrides (the standalone draft)"})
+    head: dict = field(default_factory=dict, metadata={"help": "distill.train overrides for the feature head "
+                       "(its design is feature_head)"})
+    designs: list = field(default_factory=lambda: list(DESIGNS), metadata={"help": "which kinds of draft to train "
+                          "and compare: standalone, feature_head"})
     evaluate: dict = field(default_factory=dict, metadata={"help": "distill.evaluate overrides"})
     accelerate_config: str | None = field(default=None, metadata={"help": "train under `accelerate launch` with this config"})
     preset: str | None = field(default=None, metadata={"help": "quick = a small first look"})
 
-    SECTIONS = ("collect", "heldout", "train", "evaluate")  # merged key by key: YAML < preset < flag (decode.cli)
+    SECTIONS = ("collect", "heldout", "train", "head", "evaluate")  # merged key by key: YAML < preset < flag (decode.cli)
     PRESETS = {
         "quick": {
             "collect": {"limit": 96, "max_new_tokens": 48},
             "heldout": {"limit": 24, "max_new_tokens": 48},
             "train": {"max_steps": 40, "eval_every": 20, "save_every": 20},
+            "head": {"max_steps": 40, "eval_every": 20, "save_every": 20},
             "evaluate": {"limit": 8, "max_new_tokens": 32},
         }
     }
+
+    def __post_init__(self):
+        bad = [d for d in self.designs if d not in DESIGNS] if isinstance(self.designs, list) else [self.designs]
+        if bad or not self.designs:
+            raise UserError(f"--designs {self.designs}: give one or both of {list(DESIGNS)}")
+
+
+DESIGNS = ("standalone", "feature_head")
 
 
 def section_values(cls, overrides, where: str) -> dict:
@@ -121,6 +139,19 @@ def fit_to_target(target: str, t, e):
     return t, e, notes
 
 
+def fit_head(target: str, hd, notes: list[str]):
+    """The feature head's recipe as this target can run it: --init target_layers needs llama-style layers."""
+    from distill.train.head import LAYER_INIT_TYPES, feature_layers
+
+    tc = AutoConfig.from_pretrained(resolve(target))
+    feature_layers(hd, tc.num_hidden_layers)
+    if hd.init == "target_layers" and tc.model_type not in LAYER_INIT_TYPES:
+        notes.append(f"feature head: init random for this {tc.model_type!r} target (target_layers copies a llama-style "
+                     f"layer: {', '.join(LAYER_INIT_TYPES)})")
+        hd = replace(hd, init="random")
+    return hd
+
+
 def output_folder(cfg: PipelineConfig, argv: list[str]) -> str:
     """Where this run writes. A preset's run gets its own folder (the YAML's or default output + `-PRESET`) unless
     --output is on the command line: a quick look must not leave a collection the full run then refuses."""
@@ -168,19 +199,27 @@ def plan(cfg: PipelineConfig, out: Path):
     c, h = data_stages(cfg.target, out, s["collect"], s["heldout"])
     t = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
                                          "output": str(out / "train")}, s["train"], "train")
+    hd = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
+                                          "output": str(out / "train-head"), "design": "feature_head"}, s["head"], "head")
+    if hd.design != "feature_head":
+        raise UserError("pipeline `head` section: its design is feature_head (the standalone draft is the `train` section)")
     e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")},
                      s["evaluate"], "evaluate")
     t, e, notes = fit_to_target(cfg.target, t, e)
+    if "feature_head" in cfg.designs:
+        hd = fit_head(cfg.target, hd, notes)
     check_data(cfg.target, (c, h))
     load_prompts(e.prompts, categories=e.categories or None, limit=e.limit, spread=True)
     if e.anchors == "vllm":
         vllm_engine.require("--anchors vllm")
-    return c, h, t, e, notes
+    trains = [x for x, d in ((t, "standalone"), (hd, "feature_head")) if d in cfg.designs]
+    return c, h, trains, e, notes
 
 
 def run_stages(cfg: PipelineConfig, out: Path, stages, command: str) -> tuple[dict, dict]:
-    """collect (train and held-out prompts) -> train -> evaluate, each resuming; (evaluation result, timings)."""
-    c, h, t, e = stages
+    """collect (train and held-out prompts) -> train (each design) -> evaluate, each resuming; (evaluation
+    result, timings)."""
+    c, h, trains, e = stages
     timings = {}
 
     t0 = time.perf_counter()
@@ -190,18 +229,14 @@ def run_stages(cfg: PipelineConfig, out: Path, stages, command: str) -> tuple[di
     collect.run(h, command=command)
     timings["collect_s"] = round(time.perf_counter() - t0, 1)
 
-    t0 = time.perf_counter()
-    print(f"== train -> {out / 'train'}", flush=True)
-    if cfg.accelerate_config:
-        yaml_path = out / "train.yaml"
-        yaml_path.write_text(yaml.safe_dump(cli.to_dict(t)))
-        cmd = ["accelerate", "launch", "--config_file", cfg.accelerate_config, str(TRAIN_SCRIPT), "--config", str(yaml_path)]
-        print("   " + " ".join(cmd), flush=True)
-        if subprocess.run(cmd, env=os.environ.copy()).returncode != 0:
-            raise UserError("training failed (see its output above); rerun the same command to resume it")
-    else:
-        train.train(t, [], command=command)
-    timings["train_s"] = round(time.perf_counter() - t0, 1)
+    for t in trains:
+        t0 = time.perf_counter()
+        print(f"== train: {t.design} draft -> {t.output}", flush=True)
+        train_one(cfg, out, t, command)
+        timings["train_s" if t.design == "standalone" else "train_head_s"] = round(time.perf_counter() - t0, 1)
+    # the standalone run is evaluate's --run (every checkpoint, plots by step); the head's last checkpoint joins it
+    runs = [Path(t.output) for t in trains]
+    e = replace(e, run=str(runs[0]), drafts=[*e.drafts, *(str(last_draft(r)) for r in runs[1:])])
 
     t0 = time.perf_counter()
     print(f"== evaluate -> {out / 'eval'}", flush=True)
@@ -210,22 +245,60 @@ def run_stages(cfg: PipelineConfig, out: Path, stages, command: str) -> tuple[di
     return result, timings
 
 
+def train_one(cfg: PipelineConfig, out: Path, t, command: str) -> None:
+    """One training stage, in this process or under `accelerate launch` (its own YAML beside the run)."""
+    if cfg.accelerate_config:
+        yaml_path = out / f"{Path(t.output).name}.yaml"
+        yaml_path.write_text(yaml.safe_dump(cli.to_dict(t)))
+        cmd = ["accelerate", "launch", "--config_file", cfg.accelerate_config, str(TRAIN_SCRIPT), "--config", str(yaml_path)]
+        print("   " + " ".join(cmd), flush=True)
+        if subprocess.run(cmd, env=os.environ.copy()).returncode != 0:
+            raise UserError("training failed (see its output above); rerun the same command to resume it")
+    else:
+        train.train(t, [], command=command)
+
+
+def last_draft(run_dir: Path) -> Path:
+    """The newest complete checkpoint's draft folder of a training run."""
+    done = checkpoints.complete(run_dir)
+    if not done:
+        raise UserError(f"{run_dir} holds no complete checkpoint after training; rerun the same command to resume it")
+    return done[0] / "hf"
+
+
+def ship(out: Path, result: dict) -> dict | None:
+    """Copy the draft with the highest measured speedup (lossless) to RUN/draft: what publish takes."""
+    b = result.get("best")
+    if not b or not b.get("lossless", True) or not Path(b["draft"]).is_dir():
+        return None
+    dest = out / "draft"
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(b["draft"], dest)
+    return {"kind": b.get("kind"), "from": b["draft"], "folder": str(dest), "speedup": b["speedup"],
+            "acceptance_rate": b["acceptance_rate"], "tau": b["tau"], "gamma": b["gamma"]}
+
+
 def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     cfg = replace(cfg, output=output_folder(cfg, argv))
     cli.check_output(cfg.output)
     out = Path(cfg.output)
     print(f"pipeline: writing to {out}" + (f" (preset {cfg.preset})" if cfg.preset else ""), flush=True)
-    c, h, t, e, notes = plan(cfg, out)
+    c, h, trains, e, notes = plan(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
     cli.save(cfg, out / "pipeline.config.json")
     command = "python -m distill.pipeline " + " ".join(argv)  # recorded by every stage it runs
     for note in notes:
         print(f"pipeline: {note}", flush=True)
-    result, timings = run_stages(cfg, out, (c, h, t, e), command)
-    summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"), "timings": timings,
-               "left_out": notes}
+    result, timings = run_stages(cfg, out, (c, h, trains, e), command)
+    shipped = ship(out, result)
+    summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"),
+               "shipped": shipped, "timings": timings, "left_out": notes}
     (out / "pipeline.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(headline(result))
+    if shipped:
+        print(f"pipeline: ships the {shipped['kind']} draft ({shipped['speedup']}x, α {shipped['acceptance_rate']}) "
+              f"-> {shipped['folder']}", flush=True)
     return summary
 
 

@@ -32,6 +32,16 @@ from distill.train import losses
 from distill.train.student import chunk_rows
 
 FEATURE_SOURCES = ("stored", "online")
+# targets whose layers are llama-style (q/k/v/o and gate/up/down projections, an RMSNorm scaled by its weight):
+# --init target_layers copies their last layer and final norm into the head; other targets take --init random
+LAYER_INIT_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def check_init(init: str, model_type: str) -> None:
+    if init == "target_layers" and model_type not in LAYER_INIT_TYPES:
+        raise UserError(f"--design feature_head --init target_layers copies a llama-style layer ({', '.join(LAYER_INIT_TYPES)} "
+                        f"targets); this target is {model_type!r}: use --init random (embedding and head rows still come "
+                        "from the target)")
 
 
 def feature_layers(cfg, n_layers: int) -> list[int]:
@@ -61,11 +71,12 @@ def build_head(cfg, folder: str, draft_ids: list[int] | None, seed: int) -> Feat
     head.embed_tokens.weight.copy_(src.get_input_embeddings().weight)
     out = src.get_output_embeddings().weight
     head.lm_head.weight.copy_(out[torch.tensor(draft_ids)] if draft_ids is not None else out)
-    head.norm.weight.copy_(src.model.norm.weight)
-    if cfg.init == "target_layers":
-        _from_layer(head, src.model.layers[0])
-    elif cfg.init != "random":
+    if cfg.init not in ("target_layers", "random"):
         raise UserError(f"--init {cfg.init!r} with --design feature_head: use target_layers or random")
+    check_init(cfg.init, tc.model_type)
+    if cfg.init == "target_layers":
+        head.norm.weight.copy_(src.model.norm.weight)
+        _from_layer(head, src.model.layers[0])
     return head
 
 

@@ -215,8 +215,10 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     step = state["step"] if state else 0
     command = command or launch_command(argv)
     run = loop.Run(cfg, accelerator, student, optimizer, params, draft, tok, data, command, run_dir, tracker, online)
+    fit = train_ex.subset(range(min(FIT_EXAMPLES, len(train_ex))))  # positions 0..: the stored features line up
+    fit.features = train_ex.features
     held = proxy.HeldOut(eval_ex, cfg.batch_size, draft.vocab, draft.calib_seqs, spec_target, tok,
-                         cfg.spec_eval_prompts, cfg.spec_eval_gamma, online)
+                         cfg.spec_eval_prompts, cfg.spec_eval_gamma, online, fit)
 
     # --- loop: one optimizer step (grad_accum micro-batches) per iteration; train/* metrics every log_every steps,
     # eval/* every eval_every, a checkpoint every save_every or on a preemption signal, each also at the last step
@@ -389,6 +391,7 @@ def build_feature_head(cfg: TrainConfig, tok, seqs, accelerator) -> Draft:
     return Draft(model, design, model.feature_layers, vocab_map, vocab, None, card)
 
 
+FIT_EXAMPLES = 64  # training examples the train-set agreement is measured on at each evaluation
 EXTRACT_TOKENS = 4096  # padded tokens a feature-extraction forward (examples of similar length together)
 
 

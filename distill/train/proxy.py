@@ -36,6 +36,7 @@ class HeldOut:
     prompts: int = 0                # --spec-eval-prompts
     gamma: int = DecodeOptions.gamma
     online: Any = None              # a feature head's online features (head.OnlineFeatures)
+    fit: Any = None                 # the first training examples: the same agreement on data it trains on
 
 
 @torch.no_grad()
@@ -46,21 +47,23 @@ def evaluate(accelerator, student, held: HeldOut) -> dict:
     with copy_circuit.calibrated(model, held.calib_seqs):
         student.eval()
         metrics = {"eval/acceptance_proxy": acceptance_proxy(accelerator, student, held)}
+        if held.fit is not None:  # far above the held-out proxy: the draft has learnt its data, and more would help
+            metrics["eval/train_agreement"] = acceptance_proxy(accelerator, student, held, held.fit)
         if held.target is not None and (ds_plugin is None or ds_plugin.zero_stage < 3):  # ZeRO-3 shards the weights
             metrics.update(spec_eval(held, model))
         student.train()
     return metrics
 
 
-def acceptance_proxy(accelerator, student, held: HeldOut) -> float:
-    """Share of held-out positions where the draft's argmax is the target's top-1; rank r takes every
-    world-th batch from r, and one reduce sums (agreements, positions) over ranks."""
+def acceptance_proxy(accelerator, student, held: HeldOut, examples=None) -> float:
+    """Share of held-out positions (or of `examples`') where the draft's argmax is the target's top-1; rank r
+    takes every world-th batch from r, and one reduce sums (agreements, positions) over ranks."""
     rank, world, size = accelerator.process_index, accelerator.num_processes, held.batch_size
+    examples = examples if examples is not None else held.examples
     agree = torch.zeros(2, device=accelerator.device)  # (agreements, positions)
-    for i in range(rank * size, len(held.examples), world * size):
-        head = held.examples.features is not None or held.online is not None
-        b = batches.collate(held.examples.take(range(i, min(i + size, len(held.examples)))), held.vocab,
-                            map_inputs=not head)
+    for i in range(rank * size, len(examples), world * size):
+        head = examples.features is not None or held.online is not None
+        b = batches.collate(examples.take(range(i, min(i + size, len(examples)))), held.vocab, map_inputs=not head)
         b = {k: v.to(accelerator.device) for k, v in b.items()}
         if held.online is not None:
             b["features"] = held.online(b)
