@@ -6,8 +6,11 @@
 All three run in one process on the same prompts after a warm-up, interleaved prompt by prompt so that
 machine noise hits them alike; ratios are the result, absolute times are only as good as the machine.
 transformers runs at the same constant γ with no confidence threshold, so both decoders make the same
-proposals and speedup_vs_hf_assisted measures decoder overhead alone. The result JSON (docs/architecture.md) is
-written to --out and printed as the last stdout line.
+proposals and speedup_vs_hf_assisted measures decoder overhead alone. transformers cannot run a feature head
+(EAGLE-3 style, decode.feature_head), a reduced-vocabulary draft or top-K candidates; the result then says why
+(`hf_assisted_skipped`). A feature head folder is one more --draft: α, τ, c (its step, feature_head.HeadRunner,
+against the target's) and v(γ) as for any draft, one chain (candidates 1) with its own weights (no --draft-weights).
+The result JSON (docs/architecture.md) is written to --out and printed as the last stdout line.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 from decode import cli, costmodel, latency
 from decode.draft_folder import assistant_config
 from decode.errors import UserError
+from decode.feature_head import FeatureHead
 from decode.options import DecodeOptions
 from decode.prompts import check_context, encode_prompt, read_prompts
 from decode.sampling import SamplingParams
@@ -81,6 +85,44 @@ def _hf_assisted(target, draft, ids, cfg: BenchConfig, sampling: SamplingParams,
     return y[0, len(ids):].tolist(), time.perf_counter() - t0
 
 
+def is_head(draft) -> bool:
+    """A loaded draft (decode.targets.Draft) that is a feature head."""
+    return draft is not None and isinstance(draft.model, FeatureHead)
+
+
+def draft_kind(draft) -> str | None:
+    """feature_head | standalone (None without a draft): the result's `draft_kind`."""
+    return None if draft is None else "feature_head" if is_head(draft) else "standalone"
+
+
+def check_head_options(draft, cfg: DecodeOptions, name: str) -> None:
+    """A feature head drafts one chain with its own weights: top-K candidates and --draft-weights are for
+    standalone drafts (decode.speculative refuses candidates > 1 too, but only once the target alone has run)."""
+    if not is_head(draft):
+        return
+    if cfg.candidates > 1:
+        raise UserError(f"{name} is a feature head: it drafts one chain; --candidates {cfg.candidates} is for "
+                        "standalone drafts, use --candidates 1")
+    if cfg.draft_weights != DecodeOptions.draft_weights:
+        raise UserError(f"{name} is a feature head: it runs with its own weights; --draft-weights {cfg.draft_weights} "
+                        f"is for standalone (FastLlama) drafts, use --draft-weights {DecodeOptions.draft_weights}")
+
+
+def hf_skip_reason(draft, cfg: DecodeOptions) -> str | None:
+    """Why transformers' assisted generation cannot run this draft at these settings (None: it can)."""
+    if draft is None:
+        return "no draft"
+    if is_head(draft):
+        return ("a feature head (EAGLE-3 style) drafts from the target's hidden states; transformers' assisted "
+                "generation takes only a standalone model")
+    if draft.vocab_map is not None:
+        return ("a reduced-vocabulary draft speaks other token ids than the target; transformers' assisted generation "
+                "needs the target's")
+    if cfg.candidates > 1:
+        return "transformers' assisted generation verifies one candidate per position"
+    return None
+
+
 def _hf_confidence(cfg: BenchConfig) -> float:
     """transformers' assistant_confidence_threshold for our schedule: ours for dynamic, none otherwise."""
     return cfg.confidence if cfg.schedule == "dynamic" else 0.0
@@ -128,8 +170,9 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
         return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, cfg,
                         eos_token_ids=eos, vocab_map=draft.vocab_map if draft is not None else None, generator=gen)
 
-    # plain transformers cannot use a reduced-vocab draft, and verifies one candidate per position
-    do_hf = [hf and d.vocab_map is None and c.candidates == 1 for d, c, hf in runs]
+    # plain transformers cannot use a reduced-vocab draft or a feature head, and verifies one candidate per position
+    hf_skip = [hf_skip_reason(d, c) if hf else None for d, c, hf in runs]
+    do_hf = [hf and why is None for (_, _, hf), why in zip(runs, hf_skip)]
 
     # --- warm-up: every path once, not timed
     ours(None, encoded[0], None, 0)
@@ -171,26 +214,30 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     # --- cost model inputs on this device (once per draft), and its prediction next to the measurement
     results, lat_cache = [], {}
     b = base.as_dict()
-    for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
+    for (draft, cfg, _), hf_on, why, a in zip(runs, do_hf, hf_skip, acc):
         key = (id(draft), cfg.draft_weights)
         if key not in lat_cache:
             # v at every verification size these runs use: γ + candidates - 1 tokens after the last one
             gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma + c.candidates - 1 for d, c, _ in runs if d is draft)})
             lat_cache[key] = latency.measure(target, draft.model, gammas, draft_weights=cfg.draft_weights)
-        results.append(_entry(cfg, device, target, len(rows), b, base_cat, a, hf_on, lat_cache[key], sampling.greedy))
+        results.append(_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why),
+                              lat_cache[key], sampling.greedy))
     return results
 
 
-def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_cat: dict, a: dict, hf_on: bool,
-           lat: dict, greedy: bool) -> dict:
-    """One result dict (docs/architecture.md) from the accumulated stats of a run."""
+def _entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prompts: int, b: dict, base_cat: dict, a: dict,
+           hf_run: tuple[bool, str | None], lat: dict, greedy: bool) -> dict:
+    """One result dict (docs/architecture.md) from the accumulated stats of a run. hf_run: (transformers' assisted
+    generation ran, why it did not where it was asked for)."""
     spec, hf = a["spec"], a["hf"]
+    hf_on, hf_skipped = hf_run
     s = spec.as_dict()
     speedup = (spec.new_tokens / spec.seconds) / (b["tokens"] / b["seconds"])
     hf_rate = _rate(hf["tokens"], hf["seconds"])
     return {
         "target": cfg.target,
         "draft": cfg.draft,
+        "draft_kind": kind,
         "device": _device_name(device),
         "dtype": str(target.dtype).replace("torch.", ""),
         "prompts": n_prompts,
@@ -211,6 +258,7 @@ def _entry(cfg: BenchConfig, device: str, target, n_prompts: int, b: dict, base_
              "assistant_confidence_threshold": _hf_confidence(cfg)}
             if hf_on else None
         ),
+        "hf_assisted_skipped": hf_skipped,
         "speedup": round(speedup, 4),
         "speedup_vs_hf_assisted": round(s["tokens_per_s"] / hf_rate, 4) if hf_on and hf_rate else None,
         "lossless": a["lossless"] if greedy else None,
@@ -306,6 +354,7 @@ def run(cfg: BenchConfig) -> dict:
         rows = rows[: cfg.limit]
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
     draft = load_draft(cfg.draft, target, tok, device=str(target.device))  # a spread target's first GPU
+    check_head_options(draft, cfg, cfg.draft)
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings, cfg.chat_template)
     return measure_pair(target, tok, draft, rows, encoded, cfg, cfg.hf_assisted,
                         log=lambda m: print(m, file=sys.stderr))
@@ -324,6 +373,8 @@ def summary(r: dict) -> str:
             f"target alone {r['baseline']['tokens_per_s']:.1f}, speculative {s['tokens_per_s']:.1f}")
     if hf:
         text += f", transformers assisted {hf['tokens_per_s']:.1f}"
+    elif r.get("hf_assisted_skipped"):
+        text += " (no transformers assisted: " + r["hf_assisted_skipped"].split(";")[0] + ")"
     text += f"; speedup {r['speedup']:.2f}x over the target alone"
     if r["speedup_vs_hf_assisted"]:
         text += f", {r['speedup_vs_hf_assisted']:.2f}x over transformers assisted"

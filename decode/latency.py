@@ -62,7 +62,8 @@ def verify_ratio(model, context: int, n_tokens: int, repeats: int = 10, warmup: 
 def measure(target, draft, gammas: list[int], context: int = 128, repeats: int = 10,
             draft_weights: str = "float32") -> dict:
     """c (draft/target single-token latency) and v(γ) for each γ (paired with one-token forwards,
-    verify_ratio), with the raw latencies in ms."""
+    verify_ratio), with the raw latencies in ms. A feature head (decode.feature_head) is timed like any draft, one
+    head position after a cached context (its HeadRunner; draft_weights do not apply to it)."""
     t1 = step_latency(target, context, 1, repeats)
     d1 = step_latency(draft, context, 1, repeats, weights=draft_weights) if draft is not None else None
     v = {g: verify_ratio(target, context, g + 1, repeats) for g in sorted(set(gammas)) if g >= 1}

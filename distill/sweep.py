@@ -3,10 +3,11 @@
     python -m distill.sweep --config configs/sweep/depth_vocab.yaml
 
 The YAML declares `designs` (a list of train overrides, each with a `name`) and/or a `grid` (train options
-to a list of values; every combination becomes a design). Finished designs (their eval report exists) are
-skipped when the sweep is rerun, so an interrupted sweep resumes where it stopped. The ranking table
-(SWEEP/ranking.md, ranking.json) marks the Pareto front of draft cost c against acceptance α: designs no
-other design beats on both.
+to a list of values; every combination becomes a design). Any train option is an axis, the draft's kind too
+(train's `design: standalone | feature_head`). Finished designs (their eval report exists) are skipped when the
+sweep is rerun, so an interrupted sweep resumes where it stopped. The ranking table (SWEEP/ranking.md,
+ranking.json) names each design's kind and marks the Pareto front of draft cost c against acceptance α: designs
+no other design beats on both, feature heads and standalone drafts alike.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from decode import cli
 from decode.errors import UserError
 from distill import collect, evaluate, train
+from distill.evaluate.report import kind
 from distill.pipeline import check_data, data_stages, fit_to_target, section_values, stage_config
 
 
@@ -150,7 +152,8 @@ def rank(cfg: SweepConfig, out: Path, designs: list[dict]) -> list[dict]:
             continue
         report = json.loads((ddir / "eval" / "report.json").read_text())
         for e in report["entries"]:
-            rows.append({"name": d["name"], "gamma": e["gamma"], "speedup": e["speedup"], "alpha": e["speculative"]["acceptance_rate"],
+            rows.append({"name": d["name"], "kind": kind(e), "gamma": e["gamma"], "speedup": e["speedup"],
+                         "alpha": e["speculative"]["acceptance_rate"],
                          "tau": e["speculative"]["tau"], "c": e["cost_model"]["c"], "predicted": e["cost_model"]["predicted_speedup"],
                          "params": (e.get("design") or {}).get("params"), "lossless": e["lossless"], "draft": e["draft"]})
     ok = [r for r in rows if "error" not in r]
@@ -158,11 +161,12 @@ def rank(cfg: SweepConfig, out: Path, designs: list[dict]) -> list[dict]:
     ok.sort(key=lambda r: -r["speedup"])
     ranking = ok + [r for r in rows if "error" in r]
     (out / "ranking.json").write_text(json.dumps(ranking, indent=2) + "\n")
-    lines = ["| rank | design | γ | speedup | predicted | α | τ | c | params | Pareto |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| rank | design | kind | γ | speedup | predicted | α | τ | c | params | Pareto |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(ok, 1):
-        lines.append(f"| {i} | {r['name']} | {r['gamma']} | **{r['speedup']}×** | {r['predicted']}× | {r['alpha']} | {r['tau']} | "
-                     f"{r['c']} | {r['params']} | {'★' if r['pareto'] else ''} |")
-    lines += [f"| – | {r['name']} | | failed: {r['error']} | | | | | | |" for r in rows if "error" in r]
+        lines.append(f"| {i} | {r['name']} | {r['kind'].replace('_', ' ')} | {r['gamma']} | **{r['speedup']}×** | "
+                     f"{r['predicted']}× | {r['alpha']} | {r['tau']} | {r['c']} | {r['params']} | {'★' if r['pareto'] else ''} |")
+    lines += [f"| – | {r['name']} | | | failed: {r['error']} | | | | | | |" for r in rows if "error" in r]
     (out / "ranking.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return ranking

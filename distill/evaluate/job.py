@@ -11,7 +11,14 @@ A draft that does not load is skipped and listed ("skipped DRAFT: reason"); with
 that cannot be right (timing.py) are named at the top of report.md and in the headline.
 Anchors, under the same settings: the target alone (in every entry), transformers' assisted generation with
 the same draft, transformers' prompt-lookup decoding, and an untrained draft cut from the same target layers;
-with --anchors vllm also vLLM's target alone, vLLM with each draft (draft_model) and vLLM's n-gram lookup.
+with --anchors vllm also vLLM's target alone, vLLM with each draft (draft_model; eagle3 for a feature head) and
+vLLM's n-gram lookup.
+
+Feature heads (EAGLE-3 style folders, decode.feature_head) are drafts like any other: same prompts, baseline, α,
+τ, c, v(γ) and cost model, each entry marked with its design's kind (specdistill.json `design.kind`: feature_head;
+standalone drafts have none). What does not apply to a head is left out and said so: transformers' assisted
+generation (it takes standalone models only), top-K candidates (a head drafts one chain: of --candidates [1, 3]
+it runs 1), --draft-weights (a head runs its own weights), and the untrained layer cut (a standalone anchor).
 """
 
 from __future__ import annotations
@@ -26,11 +33,13 @@ from pathlib import Path
 import torch
 
 from decode import cli
-from decode.bench import BenchConfig, encode_all, measure_many
+from decode.bench import BenchConfig, encode_all, is_head, measure_many
 from decode.draft_folder import read_meta
 from decode.errors import UserError
+from decode.feature_head import is_head_folder
 from decode.options import DecodeOptions
 from decode.targets import eos_ids, load_draft, load_target
+from decode.targets import resolve as resolve_model
 from distill.collect import vllm_engine
 from distill.evaluate import timing, vllm_anchors
 from distill.prompts import load_prompts, resolve
@@ -148,7 +157,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     errors: list[dict] = []
     todo, anchor = drafts_to_evaluate(cfg, run_dir, errors)
     # said before the target loads: with defaults this is 126 prompts and many minutes
-    n_runs = sum(len(_grid(cfg, spec, step, todo)) for spec, step in todo)
+    n_runs = sum(len(_grid(cfg, spec, step, todo, _head_folder(spec))) for spec, step in todo)
     limit = (f" (--limit {cfg.limit}: taken in turn from each category)" if cfg.limit else
              "; --limit N takes N prompts, in turn from each category, for a shorter run")
     print(f"evaluating {n_runs} draft x γ runs on {len(rows)} prompts x up to {cfg.max_new_tokens} new tokens "
@@ -157,7 +166,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
 
     # --- every draft x γ against one shared target-alone baseline (decode.bench.measure_many)
-    runs, labels = plan_runs(cfg, todo, target, tok, errors)
+    runs, labels, notes = plan_runs(cfg, todo, target, tok, errors)
     if not any(spec != anchor for spec, *_ in labels):  # the untrained anchor alone evaluates nothing asked for
         raise UserError("nothing evaluated, no draft could be loaded: " + "; ".join(
             f"{x['draft']}: {x['error']}" for x in errors))
@@ -166,7 +175,8 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     for e, (spec, step, n, k) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
         meta = read_meta(spec)
         e.update(label=_label(spec, step, n, k), step=step if step is not None else meta.get("step"),
-                 design=meta.get("design"), trained=not spec.startswith("layers:"))
+                 design=meta.get("design"), kind=design_kind(meta.get("design"), e.get("draft_kind")),
+                 trained=not spec.startswith("layers:"))
         entries.append(e)
     del runs
 
@@ -180,6 +190,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     result = {"target": cfg.target, "prompts": len(rows), "prompt_set": cfg.prompts, "config": asdict(cfg),
               "command": command or "python -m distill.evaluate " + " ".join(argv or []),
               "run": str(run_dir) if run_dir else None, "entries": entries, "anchors": anchors, "errors": errors,
+              "notes": notes,
               "training_proxy": training_proxy(run_dir) if run_dir else [],
               "timing_check": timing.check({"entries": entries})}
     # imported on use, not at the top: `python -m distill.evaluate.report` then runs that module once, as __main__
@@ -255,9 +266,10 @@ def drafts_to_evaluate(cfg: EvalConfig, run_dir: Path | None,
             _skip(errors, spec, str(e))
     todo = [(d, s) for d, s in todo if d in metas]
     anchor = None
-    if cfg.hf_anchors():
-        layers = next((m["design"]["layers"] for d, _ in todo if (m := metas[d]).get("design")), None)
-        if isinstance(layers, list):
+    if cfg.hf_anchors():  # cut like the first standalone draft (a head's design has no `layers` to cut)
+        layers = next((ds["layers"] for d, _ in todo if isinstance(ds := metas[d].get("design"), dict)
+                       and design_kind(ds) == "standalone" and isinstance(ds.get("layers"), list)), None)
+        if layers is not None:
             anchor = "layers:" + ",".join(map(str, layers))
             todo.append((anchor, None))
     return todo, anchor
@@ -270,10 +282,31 @@ def _skip(errors: list[dict], spec: str, reason: str) -> None:
     print(f"skipped {spec}: {reason}", file=sys.stderr, flush=True)
 
 
-def _grid(cfg: EvalConfig, spec: str, step: int | None, todo: list[tuple[str, int | None]]) -> list[tuple]:
+def design_kind(design: dict | None, loaded: str | None = None) -> str:
+    """A draft's design kind: specdistill.json `design.kind` (feature_head), else what the loaded draft is
+    (decode.bench.draft_kind), else standalone (standalone drafts' designs carry no kind)."""
+    kind = design.get("kind") if isinstance(design, dict) else None
+    return str(kind or loaded or "standalone")
+
+
+def _head_folder(spec: str) -> bool:
+    """A feature head folder (the check decode.targets.load_draft makes), before anything loads."""
+    if spec.startswith("layers:"):
+        return False
+    try:
+        return is_head_folder(resolve_model(spec))
+    except UserError:  # not a folder: load_draft says why, later
+        return False
+
+
+def _grid(cfg: EvalConfig, spec: str, step: int | None, todo: list[tuple[str, int | None]],
+          head: bool = False) -> list[tuple]:
     """(candidates, lookup, γ) settings a draft runs at: the whole grid for the drafts asked for and the newest
-    checkpoint; the first setting only for the untrained anchor and earlier checkpoints (see plan_runs)."""
+    checkpoint; the first setting only for the untrained anchor and earlier checkpoints (see plan_runs). A feature
+    head drafts one chain: it runs at candidates 1 only, whatever the list."""
     gammas, lookups, counts = cfg.gammas(), cfg.lookups(), cfg.candidate_counts()
+    if head:
+        counts = [1]
     return list(product(counts, lookups, gammas)) if _main(spec, step, todo) else [(counts[0], lookups[0], gammas[0])]
 
 
@@ -290,23 +323,49 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
     the earlier checkpoints (the by-step curve) run at the first setting of each only, which keeps evaluation
     time in check (_grid). transformers' assisted generation has no lookup and verifies one candidate per
     position, so it runs next to the first lookup setting and candidates 1 only. A draft that does not load (a
-    missing folder, weights cut short) is skipped and recorded in `errors`: one bad draft never stops the others."""
-    runs, labels = [], []
+    missing folder, weights cut short) is skipped and recorded in `errors`: one bad draft never stops the others.
+    A feature head runs at candidates 1 and its own weights (_head_notes says so); transformers' assisted generation
+    is asked for it as for any draft, and decode.bench records why it cannot run (`hf_assisted_skipped`).
+    Returns (runs, labels, notes): notes are report.md's lines on what was left out for feature heads."""
+    runs, labels, heads = [], [], []
     for spec, step in todo:
         try:
             draft = load_draft(spec, target, tok, device=str(target.device))
         except (UserError, OSError, ValueError) as e:
             _skip(errors, spec, str(e))
             continue
-        main = _main(spec, step, todo)
-        for k, n, g in _grid(cfg, spec, step, todo):
+        main, head = _main(spec, step, todo), is_head(draft)
+        heads += [spec] if head else []
+        for k, n, g in _grid(cfg, spec, step, todo, head):
             bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
                                max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
-                               lookup_tokens=cfg.lookup_tokens, candidates=k, draft_weights=cfg.draft_weights,
+                               lookup_tokens=cfg.lookup_tokens, candidates=k,
+                               draft_weights=DecodeOptions.draft_weights if head else cfg.draft_weights,
                                temperature=cfg.temperature, seed=cfg.seed, device=str(target.device), dtype=cfg.dtype)
             runs.append((draft, bcfg, cfg.hf_anchors() and main and n == cfg.lookups()[0] and k == 1))
             labels.append((spec, step, n, k))
-    return runs, labels
+    notes = _head_notes(cfg, heads)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr, flush=True)
+    return runs, labels, notes
+
+
+def _head_notes(cfg: EvalConfig, heads: list[str]) -> list[str]:
+    """What the settings ask that feature heads do not take, one line each ([] without heads)."""
+    if not heads:
+        return []
+    names = ", ".join(f"`{h}`" for h in heads)
+    notes = []
+    if any(k > 1 for k in cfg.candidate_counts()):
+        notes.append(f"feature heads ({names}) ran at candidates 1 only: a head drafts one chain, top-K candidates "
+                     "are for standalone drafts")
+    if cfg.draft_weights != DecodeOptions.draft_weights:
+        notes.append(f"feature heads ({names}) ran with their own {DecodeOptions.draft_weights} weights: "
+                     f"--draft-weights {cfg.draft_weights} is for standalone drafts")
+    if cfg.hf_anchors():
+        notes.append(f"feature heads ({names}) have no transformers assisted generation anchor (it takes standalone "
+                     "models only) and no untrained layer cut (a standalone anchor)")
+    return notes
 
 
 def vllm_drafts(cfg: EvalConfig, todo: list[tuple[str, int | None]], errors: list[dict]) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from decode import costmodel  # noqa: E402
+from distill.evaluate.report import kind  # noqa: E402
 
 GAMMAS = range(1, 9)  # the γ the speedup curve covers: v is measured at 1..6 and 8 (decode.bench), 7 interpolated
 ISO_SPEEDUPS = (0.8, 1.0, 1.2, 1.5, 2.0)
@@ -116,12 +117,19 @@ def by_gamma(result: dict, path: Path) -> Path | None:
 
 
 # --- design map
+# a draft's design kind (report.json entry "kind") as a marker: feature heads and standalone drafts side by side
+KIND_MARKERS = {"standalone": "o", "feature_head": "^"}
+KIND_TAGS = {"standalone": "", "feature_head": " [feature head]"}
+
+
 def map_points(entries: list[dict]) -> list[dict]:
-    """Numbered points: {"n", "c", "alpha" (the table's α: accepted / proposed), "text", "colour"}."""
+    """Numbered points: {"n", "c", "alpha" (the table's α: accepted / proposed), "text", "colour", "kind",
+    "marker"}: a circle for a standalone draft, a triangle for a feature head (the legend text says so too)."""
     pts = [e for e in entries if (e.get("cost_model") or {}).get("c") is not None]
     return [{"n": i + 1, "c": e["cost_model"]["c"], "alpha": e["speculative"]["acceptance_rate"],
-             "text": f"{i + 1}: {e['label']} γ={e['gamma']}, {e['speedup']}×",
-             "colour": POINT_COLOURS[i % len(POINT_COLOURS)]} for i, e in enumerate(pts)]
+             "text": f"{i + 1}: {e['label']}{KIND_TAGS.get(k, f' [{k}]')} γ={e['gamma']}, {e['speedup']}×",
+             "colour": POINT_COLOURS[i % len(POINT_COLOURS)], "kind": k, "marker": KIND_MARKERS.get(k, "s")}
+            for i, (e, k) in enumerate((e, kind(e)) for e in pts)]
 
 
 def table_alpha(alpha_iid: float, gamma: int) -> float:
@@ -157,7 +165,7 @@ def spread(ys: list[float], gap: float) -> list[float]:
 
 def design_map(result: dict, path: Path) -> Path | None:
     """Each design placed by draft cost c and the table's α, numbered (legend: label, γ, measured speedup), over
-    the cost model's iso-speedup curves at the measured γ."""
+    the cost model's iso-speedup curves at the measured γ; feature heads as triangles, standalone drafts as circles."""
     pts = map_points(result["entries"])
     if not pts:
         return None
@@ -170,7 +178,8 @@ def design_map(result: dict, path: Path) -> Path | None:
         i = max(j for j, y in enumerate(ys) if y <= 0.97)  # the curve's label where it leaves the plot
         ax.annotate(f"{s}×", (xs[i], ys[i]), fontsize=7, color=col, xytext=(-20, 2), textcoords="offset points")
     for p in pts:
-        ax.scatter([p["c"]], [p["alpha"]], color=p["colour"], zorder=3, label=p["text"])
+        ax.scatter([p["c"]], [p["alpha"]], color=p["colour"], marker=p["marker"], s=48 if p["marker"] != "o" else 36,
+                   zorder=3, label=p["text"])
     # numbers beside the points, stacked so that none overprints another (points often sit close together)
     for p, y in zip(pts, spread([p["alpha"] for p in pts], gap=0.035)):
         ax.annotate(str(p["n"]), (p["c"], p["alpha"]), xytext=(p["c"] + c_max * 0.03, y), fontsize=7,
@@ -179,6 +188,8 @@ def design_map(result: dict, path: Path) -> Path | None:
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("c = draft step latency / target step latency (this device)")
     ax.set_ylabel("α = accepted / proposed (the table's α)")
-    ax.set_title(f"design map: iso-speedup curves of the cost model at γ={g} (dashed)")
+    heads = any(p["kind"] == "feature_head" for p in pts)
+    ax.set_title(f"design map: iso-speedup curves of the cost model at γ={g} (dashed)"
+                 + ("\ntriangles: feature heads, circles: standalone drafts" if heads else ""))
     ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
     return _save(fig, path)

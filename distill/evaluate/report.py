@@ -23,7 +23,7 @@ def best(entries: list[dict]) -> dict | None:
     if not pool:
         return None
     e = max(pool, key=lambda x: x["speedup"])
-    return {"draft": e["draft"], "label": e["label"], "gamma": e["gamma"], "lookup": e.get("lookup", 0),
+    return {"draft": e["draft"], "label": e["label"], "kind": kind(e), "gamma": e["gamma"], "lookup": e.get("lookup", 0),
             "candidates": e.get("candidates", 1), "speedup": e["speedup"],
             "acceptance_rate": e["speculative"]["acceptance_rate"], "tau": e["speculative"]["tau"],
             "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
@@ -31,6 +31,33 @@ def best(entries: list[dict]) -> dict | None:
             "prediction_error": _error(e["cost_model"]["predicted_speedup"], e["speedup"]),
             **_in_run_error(e),
             "speedup_vs_hf_assisted": e["speedup_vs_hf_assisted"]}
+
+
+def kind(e: dict) -> str:
+    """An entry's design kind (distill.evaluate sets it): feature_head or standalone (older reports: standalone)."""
+    return e.get("kind") or "standalone"
+
+
+KIND_NAMES = {"feature_head": "feature head", "standalone": "standalone"}
+
+
+def design_text(e: dict) -> str:
+    """The design column of report.md: the kind, then what its specdistill.json design says in a few words."""
+    k = kind(e)
+    d = e.get("design") if isinstance(e.get("design"), dict) else {}
+    if k == "feature_head":
+        parts = [f"features of layers {','.join(map(str, d['feature_layers']))}" if d.get("feature_layers") else None,
+                 f"{d['head_layers']} layer{'s' if d['head_layers'] != 1 else ''}" if d.get("head_layers") else None,
+                 f"vocab {d['vocab_size']}" if d.get("vocab_size") else None]
+    else:
+        layers = d.get("layers")
+        parts = [(f"layers {','.join(map(str, layers))}" if isinstance(layers, list) else f"{layers} layers")
+                 if layers is not None else None,
+                 d.get("init") if d.get("init") not in (None, "target_layers") else None,
+                 f"vocab {d['vocab']}" if d.get("vocab") not in (None, "full") else None]
+    parts += [f"{d['params'] / 1e6:.1f}M params"] if isinstance(d.get("params"), (int, float)) else []
+    shown = "; ".join(p for p in parts if p)
+    return KIND_NAMES.get(k, k) + (f" ({shown})" if shown else "")
 
 
 def _in_run_error(e: dict) -> dict:
@@ -53,7 +80,8 @@ def headline(result: dict) -> str:
     skipped = f"; skipped {skipped} (listed in report.md)" if skipped else ""
     lookup = f", context lookup {b['lookup']}" if b.get("lookup") else ""
     lookup += f", top-{b['candidates']} candidates" if b.get("candidates", 1) > 1 else ""
-    return (f"{timing.headline_note(result)}best draft {b['draft']} (γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
+    what = f"{KIND_NAMES.get(b['kind'], b['kind'])}, " if b.get("kind", "standalone") != "standalone" else ""
+    return (f"{timing.headline_note(result)}best draft {b['draft']} ({what}γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
             f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}{_in_run_note(b)}), "
             f"α={b['acceptance_rate']}, τ={b['tau']}, "
             f"lossless={b['lossless']}{skipped}; report: {result.get('output')}/report.md")
@@ -79,11 +107,11 @@ def markdown(result: dict, pngs: list[str]) -> str:
         e0 = entries[0]
         lines += [f"Device: {e0['device']}, dtype {e0['dtype']}, max_new_tokens {e0['max_new_tokens']}, "
                   f"temperature {e0['temperature']}, schedule {e0['schedule']}.", "",
-                  "| draft | step | γ | α | τ | target tok/s | spec tok/s | speedup | predicted | vs HF assisted | c | lossless |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| draft | design | step | γ | α | τ | target tok/s | spec tok/s | speedup | predicted | vs HF assisted | c | lossless |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for e in entries:
             s, cm = e["speculative"], e["cost_model"]
-            lines.append(f"| {e['label']} | {_f(e.get('step'))} | {e['gamma']} | {_f(s['acceptance_rate'])} | {_f(s['tau'], 2)} | "
+            lines.append(f"| {e['label']} | {design_text(e)} | {_f(e.get('step'))} | {e['gamma']} | {_f(s['acceptance_rate'])} | {_f(s['tau'], 2)} | "
                          f"{_f(e['baseline']['tokens_per_s'], 1)} | {_f(s['tokens_per_s'], 1)} | **{_f(e['speedup'], 2)}×** | "
                          f"{_f(cm['predicted_speedup'], 2)}× | {_f(e['speedup_vs_hf_assisted'], 2)} | {_f(cm['c'])} | {e['lossless']} |")
         b = result.get("best")
@@ -110,15 +138,30 @@ def markdown(result: dict, pngs: list[str]) -> str:
     if pl:
         lines += [f"- transformers prompt-lookup decoding (γ={pl['gamma']}): {pl['speedup_vs_hf_target_alone']}× "
                   f"over transformers' target alone ({pl['tokens_per_s']} vs {pl['hf_target_alone_tokens_per_s']} tokens/s)",
-                  "- transformers assisted generation with each draft: the 'vs HF assisted' column (same draft, same γ)",
-                  "- the untrained layer cut: the 'untrained layers:…' rows"]
+                  "- transformers assisted generation with each draft: the 'vs HF assisted' column (same draft, same γ)"]
+        lines += [f"  - not for {name}: {why}" for name, why in hf_skipped(entries).items()]
+        lines += ["- the untrained layer cut: the 'untrained layers:…' rows (standalone drafts only; feature heads "
+                  "have no layers to cut)"]
     if vl:
         lines += vllm_lines(vl)
+    if result.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {x}" for x in result["notes"]]
     if result.get("errors"):
         lines += ["", "## Not evaluated", ""] + [f"- skipped `{x['draft']}`: {x['error']}" for x in result["errors"]]
     if pngs:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in pngs]
     return "\n".join(lines) + "\n"
+
+
+def hf_skipped(entries: list[dict]) -> dict[str, str]:
+    """{draft label: why transformers' assisted generation did not run it} (decode.bench's hf_assisted_skipped),
+    once per draft, for the drafts it ran for none of their entries."""
+    ran = {e["draft"] for e in entries if e.get("hf_assisted")}
+    out: dict[str, str] = {}
+    for e in entries:
+        if e.get("hf_assisted_skipped") and e["draft"] not in ran:
+            out.setdefault(e["label"], e["hf_assisted_skipped"])
+    return out
 
 
 def vllm_lines(v: dict) -> list[str]:
@@ -162,9 +205,9 @@ def log_wandb(result: dict, pngs: list[Path], project: str, out: Path) -> None:
 
     offline_without_key()
     run = wandb.init(project=project, job_type="eval", dir=str(out), config=result["config"])
-    cols = ["draft", "step", "gamma", "acceptance_rate", "tau", "speedup", "predicted_speedup", "c", "lossless"]
+    cols = ["draft", "kind", "step", "gamma", "acceptance_rate", "tau", "speedup", "predicted_speedup", "c", "lossless"]
     table = wandb.Table(columns=cols, data=[
-        [e["label"], e.get("step"), e["gamma"], e["speculative"]["acceptance_rate"], e["speculative"]["tau"], e["speedup"],
+        [e["label"], kind(e), e.get("step"), e["gamma"], e["speculative"]["acceptance_rate"], e["speculative"]["tau"], e["speedup"],
          e["cost_model"]["predicted_speedup"], e["cost_model"]["c"], e["lossless"]] for e in result["entries"]])
     run.log({"eval/report": table, **{f"eval/{p.stem}": wandb.Image(str(p)) for p in pngs}})
     if result.get("best"):

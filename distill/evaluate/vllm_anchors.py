@@ -1,6 +1,7 @@
 """vLLM's own numbers next to ours (`python -m distill.evaluate --anchors vllm`): the target alone, the target with
-each evaluated draft (speculative method draft_model) and with vLLM's n-gram prompt lookup, same prompts, same
-max_new_tokens, greedy, one prompt at a time (our decoder's setting), each after a warm-up.
+each evaluated draft (speculative method draft_model; eagle3 for a feature head) and with vLLM's n-gram prompt
+lookup, same prompts, same max_new_tokens, greedy, one prompt at a time (our decoder's setting), each after a
+warm-up.
 
 Everything runs in one child process (`python -m distill.evaluate.vllm_anchors REQUEST.json RESULT.json`) so the
 ratios are measured under the same conditions, while the evaluation's own process keeps its transformers target.
@@ -8,7 +9,9 @@ Each setting is one vLLM engine, built and released in turn (an engine's specula
 α and τ come from vLLM's spec-decode counters: α = accepted / drafted tokens, τ = 1 + accepted / drafts.
 
 A reduced-vocabulary draft (draft_vocab.json) speaks other ids than the target, which draft_model cannot serve;
-its anchor says so instead of failing (distill.publish makes a servable export).
+its anchor says so instead of failing (distill.publish makes a servable export). A feature head folder (the
+speculators eagle3 format, decode.feature_head) is served as vLLM serves those: speculative method eagle3, its
+reduced vocabulary included (the folder's d2t/t2d).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch
 
 from decode.draft_folder import VOCAB_MAP_FILE
 from decode.errors import UserError
+from decode.feature_head import is_head_folder
 from decode.targets import resolve
 from distill.collect import vllm_engine
 
@@ -32,16 +36,36 @@ from distill.collect import vllm_engine
 NGRAM = {"prompt_lookup_min": 1, "prompt_lookup_max": 2}
 
 
+def method(spec: str) -> str:
+    """vLLM's speculative method for a draft folder: eagle3 for a feature head, draft_model for a standalone draft."""
+    return "eagle3" if not spec.startswith("layers:") and is_head_folder(spec) else "draft_model"
+
+
 def servable(spec: str) -> str | None:
-    """None when vLLM's draft_model can serve this draft as it is, else the reason it cannot."""
+    """None when vLLM can serve this draft as it is (method()), else the reason it cannot."""
     if spec.startswith("layers:"):
         return "an untrained layer cut made at load time, not a model folder vLLM can load"
     folder = Path(spec)
+    if is_head_folder(folder):  # eagle3 takes the head's own vocabulary map
+        return _head_servable(folder)
     if (folder / VOCAB_MAP_FILE).is_file():
         return ("not servable as is: a reduced-vocabulary draft (draft_vocab.json) speaks other token ids than the "
                 "target, and vLLM's draft_model needs the target's vocabulary; serve the export distill.publish makes")
     if not (folder / "config.json").is_file():
         return f"not a model folder (no config.json in {folder})"
+    return None
+
+
+def _head_servable(folder: Path) -> str | None:
+    """vLLM 0.32's eagle3 head sizes its fc for transformer_layer_config.num_aux_hidden_states feature layers, 3
+    when that is unset (the top-level eagle_aux_hidden_state_layer_ids pick the target's layers only); a head
+    reading another number of layers then fails at load (weights of size (H, 2H) into (H, 3H), seen here)."""
+    cfg = json.loads((folder / "config.json").read_text())
+    layers = cfg.get("eagle_aux_hidden_state_layer_ids") or []
+    n = (cfg.get("transformer_layer_config") or {}).get("num_aux_hidden_states") or 3
+    if len(layers) != n:
+        return (f"not servable as is: this feature head reads {len(layers)} target layers ({layers}) and vLLM's "
+                f"eagle3 builds its fc for {n} (transformer_layer_config.num_aux_hidden_states)")
     return None
 
 
@@ -79,7 +103,7 @@ def anchor(target: str, drafts: list[tuple[str, str]], entries: list[dict], enco
         torch.cuda.empty_cache()  # our cached blocks, so the child's vLLM finds them free (vllm_engine.gpu_share)
     result = measure(request(resolve(target), encoded, serve, gamma, max_new_tokens, list(eos), dtype, seed))
     measured = {e["draft"]: e for e in result.get("drafts", [])}
-    result["drafts"] = [measured.get(d) or {"label": label, "draft": d, "method": "draft_model", "gamma": gamma,
+    result["drafts"] = [measured.get(d) or {"label": label, "draft": d, "method": method(d), "gamma": gamma,
                                             **({"not_servable": servable(d)} if servable(d) else
                                                {"error": "not measured (see error)"})}
                         for d, label in drafts]
@@ -139,7 +163,7 @@ def run_all(req: dict) -> dict:
               "max_new_tokens": req["max_new_tokens"], "batch": 1, "dtype": vllm_engine.vllm_dtype(req["dtype"]),
               "target_alone": base, "drafts": []}
     settings = [("ngram", None, {"method": "ngram", "num_speculative_tokens": g, **NGRAM})]
-    settings += [(label, folder, {"method": "draft_model", "model": folder, "num_speculative_tokens": g})
+    settings += [(label, folder, {"method": method(folder), "model": folder, "num_speculative_tokens": g})
                  for folder, label in req["drafts"]]
     for label, folder, spec in settings:
         entry = {"label": label, "draft": folder, "method": spec["method"], "gamma": g}
