@@ -204,8 +204,10 @@ class FeatureHead(torch.nn.Module):
             "architectures": ["Eagle3Speculator"],
             "speculators_model_type": FORMAT,
             "speculators_version": "0.9.0",
-            "transformer_layer_config": {k: v for k, v in self.config.to_diff_dict().items()
-                                         if k not in ("architectures", "transformers_version")},
+            # num_aux_hidden_states: vLLM sizes fc by it (3 when absent), so heads of 1-2 feature layers need it
+            "transformer_layer_config": {**{k: v for k, v in self.config.to_diff_dict().items()
+                                            if k not in ("architectures", "transformers_version")},
+                                         "num_aux_hidden_states": len(self.feature_layers)},
             "draft_vocab_size": self.draft_vocab_size,
             "norm_before_residual": False,
             "target_hidden_size": None,
