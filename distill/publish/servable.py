@@ -16,6 +16,9 @@ Expansion, per target id t (t2d[t]: its draft id, -1 outside the draft vocabular
     tying       embedding and head now differ outside the vocabulary, so the expanded draft is untied.
 
 `check_servable` proves the two forms propose the same tokens on real prompts before anything is uploaded.
+
+A feature head (decode.feature_head) needs no second form: vLLM's eagle3 maps its draft ids itself (d2t).
+`head_problems` lists what in its folder vLLM would read differently from the bundled decoder.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
@@ -165,3 +168,61 @@ def same_proposals(expanded, reduced, d2t: torch.Tensor, sequences: list[list[in
     kept = int((~oov).sum())
     return True, (f"expanded ({vm.target_vocab:,} ids) and reduced ({kept:,} ids, in {REDUCED_DIR}/) drafts propose "
                   f"the same token at all {positions} positions; best OOV logit ≥ {margin:.2f} below the best kept one")
+
+
+# --- feature heads (decode.feature_head): served by vLLM as an eagle3 speculator, as they are
+
+
+EAGLE3_LAYER_TYPES = ("llama", "qwen3")  # vLLM's eagle3 draft classes (transformers_utils/configs/speculators/algos.py)
+
+
+def head_problems(folder: Path, target_config) -> list[str]:
+    """What in a feature head's folder vLLM's eagle3 would serve differently from the bundled decoder, or refuse,
+    read off config.json and the vocabulary tensors (no model is built): [] when there is nothing.
+
+    vLLM collects the target's aux hidden states in layer order and concatenates them so: the ids must ascend, as
+    the head's features do. It reads a missing `norm_before_residual` as true (speculators as false), so it must be
+    written out. d2t (target id - draft id) and t2d (the draft ids' mask over the target's vocabulary) must agree.
+    """
+    folder = Path(folder)
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        layer = cfg["transformer_layer_config"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        return [f"{folder}/config.json is not an eagle3 speculators config ({type(e).__name__}: {e})"]
+    problems = []
+    if layer.get("model_type", "llama") not in EAGLE3_LAYER_TYPES:
+        problems.append(f"transformer_layer_config.model_type {layer.get('model_type')!r}: vLLM's eagle3 has "
+                        f"{' and '.join(EAGLE3_LAYER_TYPES)} layers only")
+    for key in ("hidden_size", "vocab_size"):
+        if layer.get(key) != getattr(target_config, key):
+            problems.append(f"transformer_layer_config.{key} {layer.get(key)} is not the target's "
+                            f"{getattr(target_config, key)}")
+    ids, n = cfg.get("eagle_aux_hidden_state_layer_ids"), target_config.num_hidden_layers
+    if not (isinstance(ids, list) and ids and all(isinstance(j, int) and 0 <= j < n for j in ids)
+            and ids == sorted(set(ids))):
+        problems.append(f"eagle_aux_hidden_state_layer_ids {ids}: give distinct ascending target layer ids in "
+                        f"0..{n - 1} (vLLM concatenates the features in layer order)")
+    if cfg.get("norm_before_residual") is not False:
+        problems.append(f"norm_before_residual is {cfg.get('norm_before_residual')!r}: write false (vLLM reads a "
+                        "missing one as true)")
+    try:
+        with safe_open(folder / "model.safetensors", framework="pt") as sf:
+            keys = set(sf.keys())
+            rows = sf.get_slice("lm_head.weight").get_shape()[0] if "lm_head.weight" in keys else None
+            d2t = sf.get_tensor("d2t") if "d2t" in keys else None
+            t2d = sf.get_tensor("t2d") if "t2d" in keys else None
+    except (OSError, SafetensorError) as e:
+        return problems + [f"{folder}/model.safetensors does not open: {type(e).__name__}: {e}"]
+    n_draft = cfg.get("draft_vocab_size")
+    if rows != n_draft:
+        problems.append(f"lm_head.weight has {rows} rows, draft_vocab_size is {n_draft}")
+    if n_draft != layer.get("vocab_size"):  # a reduced vocabulary: vLLM maps draft ids through d2t
+        if d2t is None or t2d is None:
+            problems.append("a reduced draft vocabulary without d2t and t2d in model.safetensors")
+        elif len(d2t) != n_draft or t2d.dtype != torch.bool or len(t2d) != target_config.vocab_size:
+            problems.append(f"d2t has {len(d2t)} entries (draft_vocab_size {n_draft}), t2d {len(t2d)} of "
+                            f"{t2d.dtype} (the target's {target_config.vocab_size} bools)")
+        elif not torch.equal(t2d.nonzero().flatten(), d2t + torch.arange(n_draft)):
+            problems.append("d2t + draft id is not the ascending list of t2d's target ids")
+    return problems

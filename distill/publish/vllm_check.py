@@ -11,6 +11,10 @@ subprocess under the interpreter that has vLLM (distill/publish/vllm_run.py):
     speed       tokens/s with the draft ÷ target alone, same prompts, same process, after a warm-up: stated on
                 the card next to the bundled decoder's numbers, with a warning when it is below 1.
 
+A standalone draft is served as `method: draft_model`; a feature head (a speculators eagle3 folder,
+decode.feature_head.is_head_folder) as `method: eagle3`, after servable.head_problems finds nothing in its folder
+that vLLM would read differently, and proven the same way (the bundled decoder runs the head with its HeadChain).
+
 The check is skipped, saying so, only when vLLM is not installed in that interpreter.
 """
 
@@ -25,10 +29,12 @@ from pathlib import Path
 
 import torch
 
+from decode.feature_head import is_head_folder
 from decode.options import DecodeOptions
 from decode.prompts import encode_prompt, read_prompts
 from decode.speculative import generate
 from decode.targets import eos_ids, load_draft
+from distill.publish import servable
 
 RUNNER = Path(__file__).with_name("vllm_run.py")
 PROMPTS_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout.jsonl"
@@ -147,6 +153,11 @@ def compare(result: dict, ours: dict, gamma: int, near_tie=None) -> tuple[bool, 
     return (not problems), ("; ".join(problems) if problems else detail), numbers
 
 
+def method(folder: str | Path) -> str:
+    """vLLM's speculative method for a published folder: eagle3 for a feature head, else draft_model."""
+    return "eagle3" if is_head_folder(folder) else "draft_model"
+
+
 def vllm_dtype(target) -> str:
     """vLLM's dtype for the check: the target's working dtype (float32 on a CPU, bf16 on a GPU)."""
     return str(target.dtype).removeprefix("torch.")
@@ -155,17 +166,22 @@ def vllm_dtype(target) -> str:
 def prove(folder: Path, target_path: str, target, tokenizer, gamma: int, python: str | None = None):
     """Run the vLLM check on a published folder: (status, detail, numbers or None), status "ok" | "fail" | "skip"."""
     python = python or sys.executable
+    if os.sep in python:  # absolute, not resolved (a venv's python links to the base one): vLLM runs elsewhere
+        python = str(Path(python).absolute())
     if not vllm_installed(python):
         return "skip", (f"skipped: vLLM is not installed for {python}; install vllm there (or pass --vllm-python) "
                         "to prove the draft in vLLM before publishing"), None
+    how = method(folder)
+    if how == "eagle3" and (problems := servable.head_problems(folder, target.config)):
+        return "fail", f"vLLM's eagle3 would not serve this feature head as it was measured: {'; '.join(problems)}", None
     prompts = check_prompts(tokenizer)
     max_len = max(map(len, prompts)) + VLLM_NEW_TOKENS + 2 * gamma + 16
     # absolute: vLLM runs in a temporary folder, where the README's relative runs/... paths do not exist
     local = Path(target_path).exists()
     request = {"target": str(Path(target_path).absolute()) if local else target_path,
                "draft": str(Path(folder).absolute()), "gamma": gamma, "prompts": prompts,
-               "max_tokens": VLLM_NEW_TOKENS, "dtype": vllm_dtype(target), "max_model_len": max_len}
-    print(f"vllm: serving the target alone, then with the draft (γ={gamma}), on {len(prompts)} prompts "
+               "max_tokens": VLLM_NEW_TOKENS, "dtype": vllm_dtype(target), "max_model_len": max_len, "method": how}
+    print(f"vllm: serving the target alone, then with the draft (method {how}, γ={gamma}), on {len(prompts)} prompts "
           f"under {python}; two engine loads, minutes on a CPU")
     try:
         result = {**run_vllm(python, request), "max_tokens": VLLM_NEW_TOKENS, "dtype": request["dtype"]}
@@ -180,7 +196,7 @@ def prove(folder: Path, target_path: str, target, tokenizer, gamma: int, python:
         return tie(target, prompts[p], ref, out, i)
 
     ok, detail, numbers = compare(result, ours, gamma, near_tie)
-    return ("ok" if ok else "fail"), detail, numbers
+    return ("ok" if ok else "fail"), detail, {**numbers, "method": how}
 
 
 # --- the card
@@ -210,7 +226,8 @@ def card_section(vllm: dict | None, best: dict | None) -> str:
     return "\n".join([
         "## Measured in vLLM",
         "",
-        f"Before upload, vLLM {vllm.get('vllm')} served the target with this draft (`method: draft_model`, "
+        f"Before upload, vLLM {vllm.get('vllm')} served the target with this draft "
+        f"(`method: {vllm.get('method', 'draft_model')}`, "
         f"γ = {vllm['gamma']}, {vllm.get('dtype')}) on {vllm['prompts']} held-out prompts, greedy, up to "
         f"{vllm.get('max_tokens')} new tokens each, one at a time: its output equals vLLM's target alone. Speedup is "
         "tokens/s with the draft ÷ the target alone, same prompts, same process, after a warm-up. α is vLLM's "

@@ -6,7 +6,10 @@ Run by distill/publish/vllm_check.py as a script, under the interpreter that has
 the standard library (not specdistill, whose transformers may differ from vLLM's). REQUEST.json:
 
     {"target": DIR, "draft": DIR, "gamma": int, "prompts": [[token ids], ...], "max_tokens": int,
-     "dtype": "float32" | "bfloat16" | ..., "max_model_len": int}
+     "dtype": "float32" | "bfloat16" | ..., "max_model_len": int, "method": "draft_model" | "eagle3"}
+
+"method" is vLLM's speculative method: draft_model (the default) for a standalone draft, eagle3 for a feature head
+(a speculators eagle3 folder, decode.feature_head).
 
 RESULT.json: {"vllm": version, "target_alone": RUN, "speculative": RUN}, RUN = {"outputs": [[new token ids]],
 "tokens": int, "seconds": float, "drafts", "draft_tokens", "accepted": vLLM's spec-decode counters over the timed
@@ -38,7 +41,7 @@ def serve(req: dict, speculative: bool) -> dict:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    spec = {"method": "draft_model", "model": req["draft"], "num_speculative_tokens": req["gamma"]}
+    spec = {"method": req.get("method", "draft_model"), "model": req["draft"], "num_speculative_tokens": req["gamma"]}
     llm = LLM(model=req["target"], dtype=req["dtype"], max_model_len=req["max_model_len"], enforce_eager=True,
               disable_log_stats=False, seed=0, speculative_config=spec if speculative else None)
     greedy = SamplingParams(temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=False)

@@ -1,0 +1,276 @@
+"""A feature head's folder (decode.feature_head, FeatureHead.save) is the speculators eagle3 format, for real.
+
+    speculators     (vllm-marked: the `speculators` package lives in .venv-vllm, scripts/setup.sh) its own
+                    SpeculatorModelConfig / Eagle3DraftModel load the folder with every field and tensor as ours,
+                    and its forward drafts what our head drafts: step 0 (target features) and its training-time
+                    step 1 (the head's own output, teacher-forced token), logits equal to float32 rounding
+    static check    servable.head_problems: what vLLM's eagle3 would read differently (layer order, a missing
+                    norm_before_residual, d2t against t2d), and the vllm check's routing (method eagle3 for a head)
+    vLLM            (slow, vllm) publish's vllm check serves the default target with a head as `method: eagle3`:
+                    greedy output equal to vLLM's target alone, α equal to the bundled decoder's within tolerance
+
+The tiny target is a llama with head_dim 64 (vLLM's CPU attention refuses smaller ones).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from decode.feature_head import FeatureHead, default_layers, is_head_folder, layer_config
+from distill.publish import servable, vllm_check
+
+VLLM_PYTHON = os.environ.get("SPECDISTILL_VLLM_PYTHON", sys.executable)
+GAMMA = 3
+H, V, LAYERS = 128, 300, 6
+DRAFT_IDS = sorted(set(range(0, V, 3)) | {1, 2})  # 102 of the 300 ids
+
+
+def tiny_config() -> LlamaConfig:
+    return LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=2 * H, num_hidden_layers=LAYERS,
+                       num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=256)
+
+
+@pytest.fixture
+def target_dir(tmp_path) -> Path:
+    torch.manual_seed(0)
+    LlamaForCausalLM(tiny_config()).save_pretrained(tmp_path / "target")
+    return tmp_path / "target"
+
+
+def save_head(folder: Path, verifier: str | None) -> FeatureHead:
+    """A random head of the tiny target (weights std 0.2: peaked logits, no argmax near-ties), saved to folder."""
+    cfg = tiny_config()
+    torch.manual_seed(1)
+    head = FeatureHead(layer_config(cfg), default_layers(LAYERS), DRAFT_IDS,
+                       {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]})
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0, 0.2)
+    head.save(folder, gamma=GAMMA)
+    return head.eval()
+
+
+# --- speculators reads the folder as we wrote it
+
+
+@pytest.fixture
+def speculators():
+    return pytest.importorskip("speculators", reason="speculators is installed in .venv-vllm (scripts/setup.sh)")
+
+
+@pytest.mark.vllm
+def test_speculators_loads_the_folder_with_our_fields_and_tensors(speculators, target_dir, tmp_path):
+    """The verifier is the tiny target's folder: Eagle3DraftModel.from_pretrained opens whatever
+    verifier.name_or_path names (its config, for the layer ids; its embedding and head where the folder has none),
+    and with none at all (null) speculators 0.9.0 asks the Hub for a model named "None"."""
+    head = save_head(tmp_path / "head", str(target_dir))
+    cfg = speculators.SpeculatorModelConfig.from_pretrained(tmp_path / "head")
+    assert isinstance(cfg, speculators.Eagle3SpeculatorConfig)
+    assert cfg.draft_vocab_size == len(DRAFT_IDS) and cfg.target_vocab_size == V
+    assert cfg.eagle_aux_hidden_state_layer_ids == head.feature_layers == [2, 3]
+    assert not (cfg.norm_before_residual or cfg.norm_before_fc or cfg.fc_norm or cfg.norm_output)
+    tl = cfg.transformer_layer_config
+    assert (tl.model_type, tl.num_hidden_layers, tl.hidden_size, tl.intermediate_size, tl.num_attention_heads,
+            tl.num_key_value_heads, tl.head_dim, tl.vocab_size) == ("llama", 1, H, 2 * H, 2, 1, 64, V)
+    sc = cfg.speculators_config
+    assert sc.algorithm == "eagle3" and sc.proposal_methods[0].speculative_tokens == GAMMA
+    assert sc.verifier.name_or_path == str(target_dir)
+
+    model = speculators.Eagle3DraftModel.from_pretrained(tmp_path / "head")
+    saved, theirs = load_file(tmp_path / "head" / "model.safetensors"), model.state_dict()
+    # speculators keeps the verifier's own head and norm for training; it never saves them
+    assert set(theirs) - set(saved) == {"verifier_lm_head.weight", "verifier_norm.weight"}
+    assert set(saved) <= set(theirs)
+    for name, t in saved.items():
+        assert torch.equal(theirs[name], t), name
+    assert saved["t2d"].dtype == torch.bool and int(saved["t2d"].sum()) == len(DRAFT_IDS)
+    assert torch.equal(saved["d2t"] + torch.arange(len(DRAFT_IDS)), torch.tensor(DRAFT_IDS))
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])  # flex attention (speculators' default) needs a GPU compile
+def test_speculators_drafts_what_our_head_drafts(speculators, target_dir, tmp_path, attn):
+    """Head position p reads token x_{p+1} and features f_p. Step 0 over T positions, then speculators' step 1
+    (its own step-0 output, the next token teacher-forced, attending to step 0's keys up to p and itself) against
+    our decoding step: the cache holds positions 0..q, then one position with x_{q+2}'s id and our output at q."""
+    save_head(tmp_path / "head", str(target_dir))
+    ours = FeatureHead.load(tmp_path / "head")
+    cfg = speculators.SpeculatorModelConfig.from_pretrained(tmp_path / "head")
+    cfg.transformer_layer_config._attn_implementation = attn
+    model = speculators.Eagle3DraftModel.from_pretrained(tmp_path / "head", config=cfg).eval()
+    logits = []
+    model.lm_head.register_forward_hook(lambda mod, args, out: logits.append(out.detach()))
+    T = 12
+    torch.manual_seed(2)
+    ids, features = torch.randint(0, V, (1, T)), torch.randn(1, T, len(ours.feature_layers) * H)
+    with torch.no_grad():
+        tokens = model(hidden_states=features, input_ids=ids, document_ids=torch.zeros(1, T, dtype=torch.long),
+                       ttt_steps=2)  # no verifier_last_hidden_states: draft tokens only, in draft ids
+        out, _, _ = ours(ids, ours.fuse(features), torch.arange(1, T + 1)[None])  # rotary position p + 1
+        z0 = ours.logits(out)[0]  # (T, V_draft)
+        z1 = []
+        for q in range(T - 1):
+            cache = ours.new_cache(T + 1)
+            h, _ = ours.step(ids[0, :q + 1].tolist(), ours.fuse(features[0, :q + 1]), cache)
+            z1.append(ours.step([int(ids[0, q + 1])], h[-1:], cache)[1])
+        z1 = torch.stack(z1)  # (T - 1, V_draft); speculators' last step-1 position reads a padding token
+    torch.testing.assert_close(logits[0][0], z0, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[1][0, :T - 1], z1, rtol=1e-5, atol=1e-5)
+    assert torch.equal(tokens[0][0], z0.argmax(-1)) and torch.equal(tokens[1][0, :T - 1], z1.argmax(-1))
+    assert len(set(tokens[0][0].tolist())) > 3  # the comparison saw varied drafts, not one constant token
+
+
+# --- what vLLM's eagle3 would read differently (no vLLM needed)
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    cfg = json.loads((folder / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def _edit_tensors(folder: Path, **changes) -> None:
+    sd = load_file(folder / "model.safetensors")
+    save_file({**sd, **changes}, folder / "model.safetensors")
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: _edit_config(d, eagle_aux_hidden_state_layer_ids=[3, 2]), "distinct ascending target layer ids"),
+    (lambda d: _edit_config(d, eagle_aux_hidden_state_layer_ids=[2, 6]), "in 0..5"),
+    (lambda d: _edit_config(d, norm_before_residual=None), "norm_before_residual is None"),
+    (lambda d: _edit_tensors(d, d2t=torch.zeros(len(DRAFT_IDS), dtype=torch.long)), "d2t + draft id is not"),
+    (lambda d: _edit_tensors(d, t2d=torch.ones(V, dtype=torch.bool)), "d2t + draft id is not"),
+])
+def test_head_problems_names_what_vllm_would_read_differently(tmp_path, edit, says):
+    save_head(tmp_path / "head", None)
+    assert servable.head_problems(tmp_path / "head", tiny_config()) == []
+    edit(tmp_path / "head")
+    problems = servable.head_problems(tmp_path / "head", tiny_config())
+    assert len(problems) == 1 and says in problems[0], problems
+
+
+def test_head_problems_for_another_target(tmp_path):
+    save_head(tmp_path / "head", None)
+    other = LlamaConfig(**{**tiny_config().to_dict(), "hidden_size": 256, "num_hidden_layers": 3})
+    problems = servable.head_problems(tmp_path / "head", other)
+    assert any("hidden_size 128 is not the target's 256" in p for p in problems)
+    assert any("in 0..2" in p for p in problems)  # layer 3 does not exist in a 3-layer target
+
+
+def test_the_vllm_check_serves_a_head_as_eagle3_and_a_draft_as_draft_model(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(vllm_check, "vllm_installed", lambda python: True)
+    monkeypatch.setattr(vllm_check, "check_prompts", lambda tok: [[1, 2, 3]])
+
+    def stop(python, request):
+        seen.append({**request, "python": python})
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(vllm_check, "run_vllm", stop)
+    save_head(tmp_path / "head", None)
+    torch.manual_seed(0)
+    LlamaForCausalLM(tiny_config()).save_pretrained(tmp_path / "draft")
+    target = SimpleNamespace(dtype=torch.float32, config=tiny_config())
+    for folder in ("head", "draft"):
+        status, detail, _ = vllm_check.prove(tmp_path / folder, str(tmp_path), target, None, GAMMA, sys.executable)
+        assert status == "fail" and "stop here" in detail
+    assert [r["method"] for r in seen] == ["eagle3", "draft_model"]
+    monkeypatch.chdir(tmp_path)  # docs/publish.md's `prove(..., ".venv-vllm/bin/python")`: run from a temporary folder
+    vllm_check.prove(tmp_path / "head", str(tmp_path), target, None, GAMMA, ".venv-vllm/bin/python")
+    assert seen.pop()["python"] == str(tmp_path / ".venv-vllm" / "bin" / "python")
+    assert is_head_folder(tmp_path / "head") and vllm_check.method(tmp_path / "draft") == "draft_model"
+
+    _edit_config(tmp_path / "head", norm_before_residual=None)  # refused before any engine starts
+    status, detail, numbers = vllm_check.prove(tmp_path / "head", str(tmp_path), target, None, GAMMA, sys.executable)
+    assert (status, numbers, len(seen)) == ("fail", None, 2)
+    assert detail.startswith("vLLM's eagle3 would not serve this feature head as it was measured: norm_before_res")
+
+
+def test_the_card_names_the_method():
+    numbers = {"vllm": "0.32.0", "gamma": 3, "dtype": "float32", "prompts": 4, "max_tokens": 32, "method": "eagle3",
+               "acceptance_rate": 0.3, "tau": 1.9, "tokens_per_s": 10.0, "baseline_tokens_per_s": 9.0,
+               "speedup": 1.11, "ours_acceptance_rate": 0.3, "ours_tau": 1.9, "alpha_tolerance": 0.05}
+    assert "(`method: eagle3`, γ = 3, float32)" in vllm_check.card_section(numbers, None)
+    older = {k: v for k, v in numbers.items() if k != "method"}  # numbers recorded before heads were served
+    assert "(`method: draft_model`, γ = 3, float32)" in vllm_check.card_section(older, None)
+
+
+# --- for real: vLLM serves the default target with a head
+
+
+def _has_vllm() -> bool:
+    return Path(VLLM_PYTHON).is_file() and vllm_check.vllm_installed(VLLM_PYTHON)
+
+
+def fitted_head(target, tokenizer, prompts: list[list[int]], max_tokens: int, steps: int = 40) -> FeatureHead:
+    """A head of the target's shape (8,192-id vocabulary, default layers, the target's embedding, final norm and
+    head rows) fitted for `steps` Adam steps on the target's own greedy continuations of `prompts`, step 0 only:
+    it then drafts the next token right far more often than a random head (α 0), so α agreeing between vLLM and
+    the bundled decoder says that both read the same features, token and positions."""
+    from decode.speculative import generate
+    from decode.targets import eos_ids
+
+    cfg, vocab = target.config, 8192
+    eos = eos_ids(target, tokenizer)
+    torch.manual_seed(0)
+    head = FeatureHead(layer_config(cfg), default_layers(cfg.num_hidden_layers), list(range(vocab)))
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.02)
+        head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
+        head.lm_head.weight.copy_(target.get_output_embeddings().weight[:vocab])
+        head.norm.weight.copy_(target.model.norm.weight)
+        data = []
+        for p in prompts:
+            seq = torch.tensor([p + generate(target, None, p, max_tokens, eos_token_ids=eos)[0]])
+            hs = target(input_ids=seq, output_hidden_states=True).hidden_states
+            f = torch.cat([hs[j] for j in head.feature_layers], -1)[0]  # (T, 3H): f_p
+            data.append((seq[0, 1:-1], f[:-2], seq[0, 2:]))  # position p: x_{p+1}, f_p -> x_{p+2}
+    head.embed_tokens.weight.requires_grad_(False)
+    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=1e-3)
+    for _ in range(steps):
+        loss = 0.0
+        for ids, f, y in data:
+            out, _, _ = head(ids[None], head.fuse(f[None]), torch.arange(1, len(ids) + 1)[None])
+            keep = y < vocab
+            loss = loss + torch.nn.functional.cross_entropy(head.logits(out)[0][keep], y[keep])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return head.eval()
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.skipif(not _has_vllm(), reason=f"vLLM is not importable by {VLLM_PYTHON} (set SPECDISTILL_VLLM_PYTHON)")
+def test_vllm_serves_a_feature_head_as_eagle3_losslessly(tmp_path, monkeypatch):
+    """publish's vllm check on a head folder of the default target (4 held-out prompts × 32 tokens, γ = 3, float32):
+    vLLM with the head emits exactly vLLM's target alone, and its α is the bundled decoder's within tolerance."""
+    from decode.targets import load_target, resolve
+
+    target, tok = load_target("default", "float32")
+    prompts = vllm_check.check_prompts(tok, 4)
+    monkeypatch.setattr(vllm_check, "check_prompts", lambda t: prompts)
+    monkeypatch.setattr(vllm_check, "VLLM_NEW_TOKENS", 32)
+    folder = tmp_path / "head"
+    fitted_head(target, tok, prompts, 32).save(folder, gamma=GAMMA)
+    tok.save_pretrained(folder)
+    status, detail, n = vllm_check.prove(folder, resolve("default"), target, tok, GAMMA, VLLM_PYTHON)
+    assert status == "ok", detail
+    assert n["method"] == "eagle3" and n["lossless"] and n["drafted"] > 0
+    assert n["ours_acceptance_rate"] > 0.1, n  # a head that drafts something right: α compares something
+    assert abs(n["acceptance_rate"] - n["ours_acceptance_rate"]) <= n["alpha_tolerance"], n
