@@ -63,7 +63,7 @@ def build_head(cfg, folder: str, draft_ids: list[int] | None, seed: int) -> Feat
     src = draft_from_files(folder, [n - 1], torch.float32)  # a 1-layer model: the target's last layer + ends
     torch.manual_seed(seed)
     head = FeatureHead(layer_config(tc), feature_layers(cfg, n), draft_ids,
-                       {"name_or_path": cfg.target, "architectures": list(tc.architectures or [])})
+                       {"name_or_path": folder, "architectures": list(tc.architectures or [])})
     std = getattr(tc, "initializer_range", 0.02)
     for p in head.parameters():
         if p.dim() == 2:
