@@ -15,6 +15,16 @@ Each check answers one question a user of the published draft would otherwise fi
                 max_position_embeddings >= the target's), then vLLM serves the target with the draft for real
                 (distill/publish/vllm_check.py); skipped, saying so, only where vLLM is not installed.
 
+A feature head (EAGLE-3 style, a speculators eagle3 folder: decode.feature_head) is not a causal LM, so
+transformers cannot load it or use it as `assistant_model=`; its checks are (`run_head_checks`):
+
+    loads       the bundled decoder's load_draft loads it (every tensor its config names, shaped for this target).
+    tokenizer   as above.
+    lossless    the bundled decoder with the head equals the target alone (greedy, the same prompts as above).
+    random_init as above, against the target's initializer_range (the head's layers start from it).
+    vllm        servable.head_problems finds nothing vLLM's eagle3 would read differently, then vLLM serves the
+                target with the head as `method: eagle3` for real (vllm_check.prove).
+
 `run_checks` returns one `Check` per question; publish refuses to upload when any of them failed.
 """
 
@@ -28,6 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from decode.draft_folder import assistant_config, read_vocab_map
 from decode.errors import UserError
+from decode.feature_head import FeatureHead, is_head_folder
 from decode.options import DecodeOptions
 from decode.prompts import encode_prompt
 from decode.targets import check_tokenizers, eos_ids, load_draft
@@ -125,6 +136,21 @@ def load_published(folder: Path):
     )
 
 
+def load_head(folder: Path, target, target_tok):
+    """(FeatureHead or None, Check): the folder loads in the bundled decoder as a feature head for this target, in
+    the target's dtype on its device (FeatureHead.load refuses a missing, unexpected or mis-shaped tensor)."""
+    try:
+        head = load_draft(str(folder), target, target_tok, device=str(target.device)).model
+    except Exception as e:  # any failure here is exactly what the check reports
+        return None, Check("loads", False, f"the bundled decoder's load_draft failed on the feature head: "
+                                           f"{type(e).__name__}: {str(e).splitlines()[0]}")
+    vocab = (f"{head.draft_vocab_size:,} of {head.config.vocab_size:,} ids" if head.d2t is not None
+             else f"full ({head.config.vocab_size:,} ids)")
+    n = sum(p.numel() for p in head.parameters())
+    return head.eval(), Check("loads", True, f"FeatureHead (speculators eagle3), {n:,} parameters, features from "
+                                             f"target layers {head.feature_layers}, draft vocabulary {vocab}")
+
+
 # --- tokenizer
 
 
@@ -169,9 +195,15 @@ def check_lossless(
     gamma: int,
     max_new_tokens: int = LOSSLESS_NEW_TOKENS,
 ) -> Check:
-    """Greedy speculative output must equal the target's own greedy output, token for token."""
-    how = "transformers assisted generation" if vocab_map is None else "bundled decoder (reduced vocabulary)"
-    if vocab_map is None:
+    """Greedy speculative output must equal the target's own greedy output, token for token.
+
+    A full-vocabulary HF draft runs in transformers' assisted generation; a reduced-vocabulary draft (vocab_map)
+    or a feature head (which carries its own map) in the bundled decoder."""
+    head = isinstance(draft, FeatureHead)
+    bundled = head or vocab_map is not None
+    how = ("transformers assisted generation" if not bundled else
+           "bundled decoder (feature head, EAGLE-3)" if head else "bundled decoder (reduced vocabulary)")
+    if not bundled:
         draft.generation_config = assistant_config(draft.generation_config, gamma)
     greedy = dict(do_sample=False, max_new_tokens=max_new_tokens, temperature=None, top_p=None, top_k=None)
     for text in LOSSLESS_PROMPTS:
@@ -179,7 +211,7 @@ def check_lossless(
         x = torch.tensor([ids], device=target.device)
         mask = torch.ones_like(x)
         try:
-            if vocab_map is None:
+            if not bundled:
                 ref = target.generate(x, attention_mask=mask, **greedy)[0, len(ids) :].tolist()
                 out = target.generate(x, attention_mask=mask, assistant_model=draft, **greedy)[
                     0, len(ids) :
@@ -188,7 +220,7 @@ def check_lossless(
                 from decode.speculative import generate
 
                 eos = eos_ids(target, tokenizer)
-                vm = torch.tensor(vocab_map, dtype=torch.long, device=target.device)
+                vm = torch.tensor(vocab_map, dtype=torch.long, device=target.device) if vocab_map is not None else None
                 ref, _ = generate(target, None, ids, max_new_tokens, eos_token_ids=eos)
                 out, _ = generate(target, draft, ids, max_new_tokens, DecodeOptions(gamma=gamma), eos_token_ids=eos,
                                   vocab_map=vm)
@@ -246,14 +278,16 @@ def looks_like_init(t: torch.Tensor, initializer_range: float) -> bool:
     return abs(kurtosis - 3.0) < 0.5
 
 
-def check_random_init(draft, target, vocab_map: list[int] | None = None) -> Check:
+def check_random_init(draft, target, vocab_map: list[int] | None = None,
+                      initializer_range: float | None = None) -> Check:
     """No 2-D weight of the draft looks like init, unless it is a copy of one of the target's tensors.
 
     The exception matters when the target itself looks like init (tiny random test models): a draft that copies
     a target tensor (or, for a reduced vocabulary, the target rows its map names) has not been left at *its
     own* random initialisation. Copies are compared after casting, so a bf16 copy of a float32 tensor counts.
+    initializer_range: the r to compare with (default: the draft config's; a feature head's is the target's).
     """
-    r = getattr(draft.config, "initializer_range", None)
+    r = initializer_range if initializer_range is not None else getattr(draft.config, "initializer_range", None)
     if r is None:
         return Check("random_init", True, "skipped: the config has no initializer_range to compare against",
                      skipped=True)  # printed `skip`, not `ok`: nothing was looked at
@@ -316,10 +350,23 @@ def check_vllm_config(config, target_config) -> Check:
     return Check("vllm", True, f"{archs[0]}, max_position_embeddings {mine}")
 
 
+def check_head_config(folder: Path, target_config) -> Check:
+    """A feature head's static vLLM check: nothing in its folder that vLLM's eagle3 would serve differently from
+    the bundled decoder, or refuse (servable.head_problems; read off the files, quick)."""
+    problems = servable.head_problems(folder, target_config)
+    if problems:
+        return Check("vllm", False, "vLLM's eagle3 would not serve this feature head as it was measured: "
+                                    + "; ".join(problems))
+    return Check("vllm", True, "eagle3 speculators config")
+
+
 def check_vllm(folder: Path, draft, target, target_tok, target_path: str | None, gamma: int,
                vllm_python: str | None, earlier: list[Check]) -> Check:
-    """The config pre-check, then the real vLLM run (vllm_check.prove) when every earlier check passed."""
-    static = check_vllm_config(draft.config, target.config)
+    """The config pre-check, then the real vLLM run (vllm_check.prove) when every earlier check passed. A feature
+    head's pre-check is servable.head_problems (what vLLM's eagle3 would read differently), not the architecture
+    list and sizes of a standalone draft."""
+    static = check_head_config(folder, target.config) if is_head_folder(folder) else check_vllm_config(
+        draft.config, target.config)
     if not static.ok:
         return static
     if not all(c.ok for c in earlier):
@@ -359,6 +406,8 @@ def run_checks(folder: Path, draft_dir: Path, target, target_tok, gamma: int, ta
     """Every check on the assembled folder; a check that cannot run because the model did not load fails too.
 
     target_path: the target's local folder for vLLM (None: the vLLM check fails as not run)."""
+    if is_head_folder(folder):
+        return run_head_checks(folder, draft_dir, target, target_tok, gamma, target_path, vllm_python)
     vocab_map = read_vocab_map(folder)  # None for every folder publish assembles; a hand-made one may have a map
     draft, loads = load_published(folder)
     checks = [loads, check_tokenizer(folder, draft_dir, target_tok, vocab_map)]
@@ -376,4 +425,23 @@ def run_checks(folder: Path, draft_dir: Path, target, target_tok, gamma: int, ta
             trained, trained_map = reduced, read_vocab_map(folder / servable.REDUCED_DIR)
     checks.append(check_random_init(trained, target, trained_map))
     checks.append(check_vllm(folder, draft, target, target_tok, target_path, gamma, vllm_python, list(checks)))
+    return checks
+
+
+def run_head_checks(folder: Path, draft_dir: Path, target, target_tok, gamma: int, target_path: str | None = None,
+                    vllm_python: str | None = None) -> list[Check]:
+    """A feature head's checks (module docstring): loads and lossless in the bundled decoder, tokenizer, random
+    init against the target's initializer_range (the head's matrices start as normal(0, r) of the target's r),
+    vLLM's eagle3. Transformers' assistant_model and the expanded/reduced split do not apply to a head."""
+    head, loads = load_head(folder, target, target_tok)
+    checks = [loads, check_tokenizer(folder, draft_dir, target_tok, None)]
+    if head is None:
+        return checks + [
+            Check(n, False, "not run: the feature head does not load") for n in ("lossless", "random_init", "vllm")
+        ]
+    checks.append(check_lossless(target, target_tok, head, None, gamma))
+    ids = head.draft_ids()
+    r = getattr(target.config, "initializer_range", None) or getattr(head.config, "initializer_range", None)
+    checks.append(check_random_init(head, target, ids.tolist() if ids is not None else None, r))
+    checks.append(check_vllm(folder, head, target, target_tok, target_path, gamma, vllm_python, list(checks)))
     return checks

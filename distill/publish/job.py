@@ -11,7 +11,10 @@
    the model card (distill/publish/modelcard.py). A reduced-vocabulary draft goes to reduced/ (with its
    draft_vocab.json: the bundled decoder's fast form) and the folder itself gets its expansion to the target's
    vocabulary, which transformers and vLLM load (distill/publish/servable.py). No local absolute path goes into
-   the card or specdistill.json (distill/publish/redact.py);
+   the card or specdistill.json (distill/publish/redact.py). A feature head (EAGLE-3 style, a speculators eagle3
+   folder, decode.feature_head) is copied as it is (weights cast to --dtype), with the measured γ as its
+   speculative_tokens and the target's Hub id as its verifier; no generation_config.json (transformers cannot
+   use a head as assistant_model);
 3. run the compatibility checks on that folder (distill/publish/compat.py), vLLM serving the target with the
    draft included (--vllm-python: the interpreter that has vLLM); any failure stops here;
 4. upload: create_repo, then every file in ONE commit, so a failed upload leaves the remote as it was;
@@ -43,6 +46,7 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 from decode import cli, draft_folder
 from decode.draft_folder import META_FILE, VOCAB_MAP_FILE, assistant_config
 from decode.errors import UserError
+from decode.feature_head import is_head_folder
 from decode.options import DecodeOptions
 from decode.targets import (
     DEFAULT_HUB_ID,
@@ -129,12 +133,17 @@ def write_weights(draft_dir: Path, out: Path, dtype: torch.dtype) -> int:
         {k: t.contiguous() for k, t in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"}
     )
     (out / "model.safetensors").chmod(0o644)
-    return sum(t.numel() for t in tensors.values())
+    # weights only: a feature head's d2t (ints) and t2d (bools) are its vocabulary map, not parameters
+    return sum(t.numel() for t in tensors.values() if t.is_floating_point())
 
 
-def assemble(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int, target=None) -> int:
-    """Write the repo folder; a reduced-vocabulary draft (given the loaded target) as reduced/ + its expansion."""
+def assemble(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int, target=None,
+             verifier: dict | None = None) -> int:
+    """Write the repo folder; a reduced-vocabulary draft (given the loaded target) as reduced/ + its expansion; a
+    feature head as it is (assemble_head; verifier: what its config.json names as the target)."""
     out.mkdir(parents=True, exist_ok=True)
+    if is_head_folder(draft_dir):
+        return assemble_head(draft_dir, out, target_dir, dtype, gamma, verifier or {})
     n_params = write_weights(draft_dir, out, DTYPES[dtype])
     config = json.loads((draft_dir / "config.json").read_text())
     for key in [k for k in ("dtype", "torch_dtype") if k in config] or ["dtype"]:
@@ -149,6 +158,39 @@ def assemble(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int
         else GenerationConfig.from_model_config(AutoConfig.from_pretrained(out))
     )
     assistant_config(gc, gamma).save_pretrained(out)
+    copy_tokenizer(target_dir, out)
+    for f in (VOCAB_MAP_FILE, META_FILE):
+        if (draft_dir / f).is_file():
+            shutil.copy2(draft_dir / f, out / f)
+    if (out / VOCAB_MAP_FILE).is_file() and target is not None:
+        servable.split_reduced(out, target.config, getattr(target, "generation_config", None))
+    return n_params
+
+
+def assemble_head(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int, verifier: dict) -> int:
+    """A feature head's folder as it is: its tensors (floating ones cast to dtype; d2t and t2d as stored), its
+    speculators config.json with the published dtype, the measured γ as the greedy proposal's speculative_tokens
+    (vLLM's num_speculative_tokens when only the head is named) and `verifier` (the target's Hub id: a local path
+    would mean nothing on another machine), the target's tokenizer files and specdistill.json."""
+    n_params = write_weights(draft_dir, out, DTYPES[dtype])
+    config = json.loads((draft_dir / "config.json").read_text())
+    config["torch_dtype"] = dtype
+    spec = config.setdefault("speculators_config", {})
+    for m in spec.get("proposal_methods") or []:
+        if isinstance(m, dict) and "speculative_tokens" in m:
+            m["speculative_tokens"] = gamma
+    spec["verifier"] = {**(spec.get("verifier") or {}), "name_or_path": verifier.get("name_or_path")}
+    if verifier.get("architectures"):
+        spec["verifier"]["architectures"] = list(verifier["architectures"])
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    copy_tokenizer(target_dir, out)
+    if (draft_dir / META_FILE).is_file():
+        shutil.copy2(draft_dir / META_FILE, out / META_FILE)
+    return n_params
+
+
+def copy_tokenizer(target_dir: str, out: Path) -> None:
+    """The target's own tokenizer files into out (downloaded when the target is a Hub id)."""
     tok_dir = Path(target_dir) if Path(target_dir).is_dir() else Path(_download_tokenizer(target_dir))
     copied = [f for f in TOKENIZER_FILES if (tok_dir / f).is_file()]
     if not copied:
@@ -157,12 +199,6 @@ def assemble(draft_dir: Path, out: Path, target_dir: str, dtype: str, gamma: int
         )
     for f in copied:
         shutil.copy2(tok_dir / f, out / f)
-    for f in (VOCAB_MAP_FILE, META_FILE):
-        if (draft_dir / f).is_file():
-            shutil.copy2(draft_dir / f, out / f)
-    if (out / VOCAB_MAP_FILE).is_file() and target is not None:
-        servable.split_reduced(out, target.config, getattr(target, "generation_config", None))
-    return n_params
 
 
 def _download_tokenizer(hub_id: str) -> str:
@@ -262,8 +298,14 @@ def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta:
     # the target's working dtype ("auto": bf16 on a GPU, where a 70B target would not fit in float32; float32 on
     # the CPU); check_lossless allows for low precision's near-ties. A target too large for one GPU is spread.
     target, target_tok = load_target(spec, "auto", cfg.device)
-    n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma, target)
+    hub_id = target_hub_id(meta, spec)
     names = redact.target_names(spec, resolve(spec))  # a local target's folder -> its name, on the card too
+    if is_head_folder(draft_dir) and hub_id is None:
+        print(f"warning: the target {redact.text(spec, names)} has no Hub id (specdistill.json has no `target_name`), so "
+              "the feature head's config.json names no verifier: users must name the target themselves "
+              "(vLLM's LLM(model=TARGET, speculative_config=...))")
+    verifier = {"name_or_path": hub_id, "architectures": list(getattr(target.config, "architectures", None) or [])}
+    n_params = assemble(draft_dir, folder, resolve(spec), cfg.dtype, gamma, target, verifier)
     redact.meta_files(folder, names)
     print(f"assembled {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
     checks = compat.run_checks(folder, draft_dir, target, target_tok, gamma, resolve(spec), cfg.vllm_python)
@@ -273,7 +315,7 @@ def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta:
     for line in modelcard.slow_warnings(modelcard.headline(entries) if entries else None, vllm):
         print(f"warning: {line}")
     card = modelcard.build_card(
-        repo_id=cfg.repo_id, target_id=target_hub_id(meta, spec), target_spec=redact.text(spec, names), meta=meta,
+        repo_id=cfg.repo_id, target_id=hub_id, target_spec=redact.text(spec, names), meta=meta,
         config=json.loads((folder / "config.json").read_text()), target_config=target.config.to_dict(),
         n_params=n_params, weights_dtype=cfg.dtype, entries=entries, checks=checks, gamma=gamma,
         reduced=(folder / servable.REDUCED_DIR).is_dir(), license=cfg.license, vllm=vllm,

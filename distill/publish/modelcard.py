@@ -4,6 +4,10 @@ The numbers come from an evaluation report (`python -m distill.evaluate`, EVAL_D
 draft × γ with the result schema of docs/architecture.md. The card's headline is the γ with the best measured speedup; the
 model-index holds, per prompt category (plus "all"), the acceptance rate α, τ and the speedup at that γ, with
 the hardware, γ and dtype in each metric's config/args, so the numbers never travel without their conditions.
+
+A feature head (EAGLE-3 style, a speculators eagle3 folder) gets the same numbers and checks; its card says what it
+is, that vLLM serves it as `method: eagle3` and transformers' assistant_model cannot use it, and its design table
+names its feature layers and draft vocabulary.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from decode.draft_folder import VOCAB_MAP_FILE
 from decode.errors import UserError
+from decode.feature_head import FORMAT as HEAD_FORMAT
 from distill.publish import usage, vllm_check
 
 TAGS = ["speculative-decoding", "draft-model", "specdistill"]
+HEAD_TAGS = ["eagle3", "speculators", "vllm"]  # what the Hub's other eagle3 speculator repos are tagged with
 METRICS = (  # (metric_type, pretty name, where in an entry / per_category row)
     ("acceptance_rate", "Acceptance rate α (accepted / proposed draft tokens)", "acceptance_rate"),
     ("tau", "τ (tokens emitted per target forward)", "tau"),
@@ -252,6 +258,43 @@ def _design(meta: dict, config: dict, target_config: dict, n_params: int) -> str
     return "\n".join(["## Design", "", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
 
 
+def is_head(config: dict) -> bool:
+    """Whether a published config.json is a feature head's (speculators eagle3) rather than an HF model's."""
+    return config.get("speculators_model_type") == HEAD_FORMAT
+
+
+def _head_design(meta: dict, config: dict, target_config: dict, n_params: int) -> str:
+    """A feature head's design: feature layers, its one layer's shape, draft vocabulary, training-time unroll."""
+    d, layer = meta.get("design") or {}, config.get("transformer_layer_config") or {}
+    ids = config.get("eagle_aux_hidden_state_layer_ids") or d.get("feature_layers") or []
+    n_target, v_target = target_config.get("num_hidden_layers"), target_config.get("vocab_size")
+    n_draft = config.get("draft_vocab_size")
+    vocab = (f"{n_draft:,} of {v_target:,} (reduced; `d2t`/`t2d` in model.safetensors map its ids)"
+             if isinstance(n_draft, int) and isinstance(v_target, int) and n_draft != v_target
+             else f"full ({_fmt(n_draft or layer.get('vocab_size'), ',')})")
+    rows = [
+        ("kind", "feature head (EAGLE-3 style): one llama decoder layer over the target's hidden states"),
+        ("format", f"speculators `{HEAD_FORMAT}` ({', '.join(config.get('architectures') or [])}); "
+                   "vLLM `method: eagle3`"),
+        ("feature layers", f"{len(ids)} of the target's {n_target}: {ids} (the hidden states entering them)"),
+        ("hidden size", layer.get("hidden_size")),
+        ("intermediate size", layer.get("intermediate_size")),
+        ("attention heads / KV heads", f"{layer.get('num_attention_heads')} / {layer.get('num_key_value_heads')}"),
+        ("init", d.get("init") or meta.get("init") or "unknown"),
+        ("vocabulary", vocab),
+        ("parameters", f"{d.get('params') or n_params:,} (the target's embedding, frozen, included)"),
+    ]
+    if d.get("trainable_params"):
+        rows.append(("trained parameters", f"{d['trainable_params']:,}"))
+    if d.get("ttt_steps"):
+        rows.append(("training-time test steps", d["ttt_steps"]))
+    if d.get("features"):
+        rows.append(("features in training", d["features"]))
+    if d.get("freeze"):
+        rows.append(("frozen in training", ", ".join(map(str, d["freeze"]))))
+    return "\n".join(["## Design", "", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+
+
 def _training(meta: dict) -> str:
     data, loss = meta.get("data") or {}, meta.get("loss") or {}
     loss_s = " + ".join(f"{w} × {name}" for name, w in loss.items()) or "unknown"
@@ -308,27 +351,38 @@ def build_card(
     name = repo_id.split("/")[-1]
     best = headline(entries) if entries else None
     shown = target_id or target_spec
+    head = is_head(config)
     data = ModelCardData(
         base_model=target_id,
-        tags=TAGS,
-        library_name="transformers",
+        tags=TAGS + HEAD_TAGS if head else TAGS,
+        library_name="speculators" if head else "transformers",
         pipeline_tag="text-generation",
         license=license,
         model_name=name,
         eval_results=eval_results(best, shown) if best else None,
     )
     link = f"[{shown}](https://huggingface.co/{shown})" if target_id else f"`{shown}`"
+    intro = (
+        f"An EAGLE-3 style **feature head** for speculative decoding with {link}, in the "
+        f"[speculators](https://github.com/vllm-project/speculators) `{HEAD_FORMAT}` format, built and measured with "
+        "specdistill. It drafts from the target's own hidden states, so it runs only beside that target: vLLM "
+        "serves it as `method: eagle3`; transformers' `assistant_model=` cannot use it (it is not a causal LM). "
+        f"Weights are {weights_dtype} safetensors; the tokenizer files are the target's own."
+        if head else
+        f"A draft model for speculative decoding with {link}, built and measured with "
+        f"specdistill. Weights are {weights_dtype} safetensors; the "
+        "tokenizer files are the target's own."
+    )
     body = "\n\n".join(
         [
             f"# {name}",
-            f"A draft model for speculative decoding with {link}, built and measured with "
-            f"specdistill. Weights are {weights_dtype} safetensors; the "
-            "tokenizer files are the target's own.",
+            intro,
             *[f"> **Warning: {w}.**" for w in slow_warnings(best, vllm)],
             _measured(entries, best, weights_dtype) if best else NO_EVAL,
             vllm_check.card_section(vllm, best),
-            usage.section(repo_id, shown, gamma, reduced),
-            _design(meta, config, target_config, n_params),
+            (usage.head_section(repo_id, shown, gamma, bool(target_id)) if head
+             else usage.section(repo_id, shown, gamma, reduced)),
+            (_head_design if head else _design)(meta, config, target_config, n_params),
             _training(meta),
             _checks(checks),
         ]

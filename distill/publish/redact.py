@@ -57,6 +57,12 @@ def target_names(spec: str, resolved: str | None) -> dict[str, str]:
 
 
 def meta_files(folder: Path, names: dict[str, str]) -> None:
-    """Rewrite every specdistill.json in the assembled folder (the top level and reduced/) without local paths."""
-    for f in sorted(folder.rglob("specdistill.json")):
+    """Rewrite every specdistill.json in the assembled folder (the top level and reduced/) without local paths,
+    and a feature head's config.json (a speculators config: its verifier names the target; publish sets it to
+    the target's Hub id, this is the backstop)."""
+    files = sorted(folder.rglob("specdistill.json"))
+    config = folder / "config.json"
+    if config.is_file() and "speculators_model_type" in json.loads(config.read_text()):
+        files.append(config)
+    for f in files:
         f.write_text(json.dumps(data(json.loads(f.read_text()), names), indent=2) + "\n")

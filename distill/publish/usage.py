@@ -1,4 +1,5 @@
-"""The model card's usage section: transformers, vLLM and, for a reduced vocabulary, the bundled decoder.
+"""The model card's usage section: transformers, vLLM and, for a reduced vocabulary, the bundled decoder; for a
+feature head (speculators eagle3), vLLM's eagle3 and the bundled decoder (transformers cannot run a head).
 
 Every python block here runs as printed (tests/test_model_card_snippets.py executes each one against a published
 dry-run folder): the chat prompt as token ids, not the dict apply_chat_template returns by default in
@@ -100,4 +101,52 @@ llm = LLM(model="{target_id}", speculative_config={{"method": "draft_model", "mo
                                                "num_speculative_tokens": {gamma}}})
 chat = [{{"role": "user", "content": "Hello!"}}]
 print(llm.chat(chat, SamplingParams(temperature=0, max_tokens=128))[0].outputs[0].text)
+```"""
+
+
+def head_section(repo_id: str, target_id: str, gamma: int, verifier: bool) -> str:
+    """A feature head's usage: vLLM (`method: eagle3`) and the bundled decoder that measured it; why not
+    transformers. verifier: config.json names the target by its Hub id (then the repo alone is enough for vLLM)."""
+    alone = (f"""
+
+`config.json` names the target (`speculators_config.verifier.name_or_path`) and γ (`speculative_tokens`), so
+`LLM(model="{repo_id}")` alone also serves it: vLLM then fetches the target itself.""" if verifier else "")
+    return f"""## Usage
+
+This is a feature head, not a standalone draft model: it reads the target's hidden states at the layers its
+`config.json` names (`eagle_aux_hidden_state_layer_ids`) and proposes tokens from them, so it only runs inside a
+decoder that runs the target too. transformers' `assistant_model=` cannot use it (`AutoModelForCausalLM` does not
+load this folder).
+
+vLLM (`method: eagle3`; applies the target's chat template and stops at its EOS by itself):
+
+```python
+from vllm import LLM, SamplingParams
+
+llm = LLM(model="{target_id}", speculative_config={{"method": "eagle3", "model": "{repo_id}",
+                                               "num_speculative_tokens": {gamma}}})
+chat = [{{"role": "user", "content": "Hello!"}}]
+print(llm.chat(chat, SamplingParams(temperature=0, max_tokens=128))[0].outputs[0].text)
+```{alone}
+
+specdistill's bundled decoder (the `decode` package of the specdistill distribution, which built and measured this
+head). Install it with:
+
+```bash
+{install_line()}
+```
+
+```python
+from huggingface_hub import snapshot_download
+from decode.options import DecodeOptions
+from decode.speculative import generate
+from decode.targets import eos_ids, load_draft, load_target
+
+target, tok = load_target("{target_id}", device="auto")  # the GPU(s) when there are, else the CPU
+head = load_draft(snapshot_download("{repo_id}"), target, tok, device=str(target.device))
+ids = tok.apply_chat_template([{{"role": "user", "content": "Hello!"}}], add_generation_prompt=True,
+                              return_dict=False)  # token ids (the default is a dict in transformers 5)
+out, stats = generate(target, head.model, ids, 128, DecodeOptions(gamma={gamma}),
+                      eos_token_ids=eos_ids(target, tok))  # stop at the end of the assistant's turn
+print(tok.decode(out, skip_special_tokens=True), stats.tau)
 ```"""
