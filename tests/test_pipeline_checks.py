@@ -42,10 +42,20 @@ def _target(tmp_path: Path, model_type: str) -> str:
 def test_the_default_recipe_leaves_out_what_the_architecture_cannot_run(tmp_path, model_type, left_out):
     c = pipeline.PipelineConfig(**yaml.safe_load((REPO / "configs/pipeline/default.yaml").read_text()))
     t = pipeline.stage_config(TrainConfig, {"target": "x"}, c.train, "train")
-    e = pipeline.stage_config(EvalConfig, {"target": "x", "run": "r"}, c.evaluate, "evaluate")
+    # candidates [1, 3] as an evaluate section may ask for them (the default config evaluates plain chains)
+    e = pipeline.stage_config(EvalConfig, {"target": "x", "run": "r"}, {**c.evaluate, "candidates": [1, 3]}, "evaluate")
     t2, e2, notes = pipeline.fit_to_target(_target(tmp_path, model_type), t, e)
     assert len(notes) == len(left_out) and all(n.startswith(want) for n, want in zip(notes, left_out))
     assert t2.copy_circuit == (model_type == "llama") and e2.candidates == ([1] if model_type == "phi3" else [1, 3])
+
+
+@pytest.mark.parametrize("model_type, init", [("llama", "target_layers"), ("phi3", "random")])
+def test_the_feature_head_starts_from_a_target_layer_only_where_the_layer_is_llama_style(tmp_path, model_type, init):
+    c = pipeline.PipelineConfig(**yaml.safe_load((REPO / "configs/pipeline/default.yaml").read_text()))
+    hd = pipeline.stage_config(TrainConfig, {"target": "x", "design": "feature_head"}, c.head, "head")
+    notes = []
+    assert pipeline.fit_head(_target(tmp_path, model_type), hd, notes).init == init
+    assert bool(notes) == (init == "random") and all(n.startswith("feature head: init random") for n in notes)
 
 
 def test_a_design_the_target_cannot_take_is_refused_before_collection(tmp_path):

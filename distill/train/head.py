@@ -88,9 +88,9 @@ def _from_layer(head: FeatureHead, layer) -> None:
     for name in ("q_proj", "k_proj", "v_proj"):
         w = getattr(mine.self_attn, name).weight  # (out, 2H): [embedding half | features half]
         w[:, H:].copy_(getattr(a, name).weight)
-        if getattr(a, name).bias is not None:
-            getattr(mine.self_attn, name).bias.copy_(getattr(a, name).bias)
-    mine.self_attn.o_proj.load_state_dict(a.o_proj.state_dict())
+        if getattr(a, name).bias is not None and getattr(mine.self_attn, name).bias is not None:
+            getattr(mine.self_attn, name).bias.copy_(getattr(a, name).bias)  # (qwen2's q/k/v biases: not in the head)
+    mine.self_attn.o_proj.weight.copy_(a.o_proj.weight)
     mine.mlp.load_state_dict(layer.mlp.state_dict())
     for norm in ("input_layernorm", "hidden_norm"):
         getattr(mine, norm).weight.copy_(layer.input_layernorm.weight)
