@@ -135,14 +135,21 @@ def test_bench_takes_a_head_folder_and_refuses_what_a_head_cannot_do(tiny):
 
 def test_vllm_serves_a_head_as_eagle3(tiny, tmp_path):
     """vLLM's speculative method for a head folder is eagle3; vLLM 0.32 sizes the head's fc for 3 feature layers
-    unless the config says otherwise, so the tiny target's 2-layer head is named not servable, not started."""
+    unless the config says otherwise (FeatureHead.save writes num_aux_hidden_states), so a 2-layer head without
+    that key is named not servable, not started."""
     assert vllm_anchors.method(tiny["head"]) == "eagle3" and vllm_anchors.method(tiny["standalone"]) == "draft_model"
-    assert "reads 2 target layers ([1, 2])" in vllm_anchors.servable(tiny["head"])
+    assert vllm_anchors.servable(tiny["head"]) is None  # 2 feature layers, and the key that says so
     cfg = json.loads((tiny["root"] / "head" / "config.json").read_text())
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    layer_cfg = {k: v for k, v in cfg["transformer_layer_config"].items() if k != "num_aux_hidden_states"}
+    (bare / "config.json").write_text(json.dumps({**cfg, "transformer_layer_config": layer_cfg}))
+    assert "reads 2 target layers ([1, 2])" in vllm_anchors.servable(str(bare))
     for layers, extra in (([2, 4, 5], {}), ([1, 2], {"num_aux_hidden_states": 2})):
         folder = tmp_path / f"head{len(layers)}{len(extra)}"
         folder.mkdir()
-        layer_cfg = {**cfg["transformer_layer_config"], **extra}
+        layer_cfg = {**{k: v for k, v in cfg["transformer_layer_config"].items() if k != "num_aux_hidden_states"},
+                     **extra}
         (folder / "config.json").write_text(json.dumps({**cfg, "eagle_aux_hidden_state_layer_ids": layers,
                                                         "transformer_layer_config": layer_cfg}))
         assert vllm_anchors.servable(str(folder)) is None
