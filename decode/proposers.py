@@ -71,6 +71,20 @@ class ContextLookup:
         """Nothing to do: the next lookup reads the context as it is then."""
 
 
+def choose(logits: torch.Tensor, sampling: SamplingParams, confidence: float, generator, vocab: VocabMap,
+           qs: list) -> tuple[int, float]:
+    """A draft's next token from its (V_draft,) logits: argmax when greedy, else a sample from q (appended to qs,
+    expanded to the target's vocabulary) -> (draft id, its probability; 1.0 when greedy and no confidence is
+    needed)."""
+    if sampling.greedy:
+        j = int(logits.argmax())
+        return j, float(torch.softmax(logits.float(), -1)[j]) if confidence else 1.0
+    q = logits_to_probs(logits, sampling)
+    j = sample(q, generator)
+    qs.append(vocab.expand(q))
+    return j, float(q[j])
+
+
 class DraftChain:
     """The draft model, holding its own KV cache. `pending`: target ids the draft has not seen yet (1 token, 2 after
     a full accept or a sibling, more after rounds it did not propose); the next proposal starts by feeding them."""
@@ -95,17 +109,10 @@ class DraftChain:
         t0 = time.perf_counter()
         for _ in range(g):
             logits = self.draft.forward(self.vocab.to_draft(inp), self.cache, 1)[-1]  # (V_draft,)
-            if self.sampling.greedy:
-                if self.candidates > 1 and not tokens:
-                    top = logits.topk(min(self.candidates, logits.shape[-1])).indices.tolist()
-                    siblings = [self.vocab.to_target(i) for i in top[1:]]
-                j = int(logits.argmax())
-                conf = float(torch.softmax(logits.float(), -1)[j]) if self.confidence else 1.0
-            else:
-                q = logits_to_probs(logits, self.sampling)
-                j = sample(q, self.generator)
-                conf = float(q[j])
-                qs.append(self.vocab.expand(q))
+            if self.sampling.greedy and self.candidates > 1 and not tokens:
+                top = logits.topk(min(self.candidates, logits.shape[-1])).indices.tolist()
+                siblings = [self.vocab.to_target(i) for i in top[1:]]
+            j, conf = choose(logits, self.sampling, self.confidence, self.generator, self.vocab, qs)
             tokens.append(self.vocab.to_target(j))
             inp = tokens[-1:]
             if conf < self.confidence:  # dynamic schedule: a doubtful token ends the proposal
@@ -148,14 +155,7 @@ class HeadChain:
         t0 = time.perf_counter()
         out, logits = self.head.step(self.ids, self.head.fuse(self.feats), self.cache)  # (n, H), (V_draft,)
         while True:
-            if self.sampling.greedy:
-                j = int(logits.argmax())
-                conf = float(torch.softmax(logits.float(), -1)[j]) if self.confidence else 1.0
-            else:
-                q = logits_to_probs(logits, self.sampling)
-                j = sample(q, self.generator)
-                conf = float(q[j])
-                qs.append(self.vocab.expand(q))
+            j, conf = choose(logits, self.sampling, self.confidence, self.generator, self.vocab, qs)
             tokens.append(self.vocab.to_target(j))
             if len(tokens) == g or conf < self.confidence:
                 break
