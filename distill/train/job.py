@@ -380,7 +380,8 @@ def build_feature_head(cfg: TrainConfig, tok, seqs, accelerator) -> Draft:
                  if cfg.vocab != "full" else None)
     model = head.build_head(cfg, folder, vocab_map, cfg.seed).to(accelerator.device)
     head.freeze_head(model, cfg.freeze)
-    total, trainable = (sum(p.numel() for p in model.parameters() if p.requires_grad or not only) for only in (False, True))
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     card = {"kind": "feature_head", "feature_layers": model.feature_layers, "head_layers": 1, "layers": 1,
             "hidden_size": tc.hidden_size, "vocab_size": model.draft_vocab_size, "params": total,
             "trainable_params": trainable, "features": cfg.features, "ttt_steps": cfg.ttt_steps,
@@ -414,7 +415,7 @@ def head_features(cfg: TrainConfig, accelerator, draft: Draft, train_ex, eval_ex
                                            "seconds_this_start": round(time.perf_counter() - t0, 1)})
         del target
     accelerator.wait_for_everyone()
-    width = len(draft.layers) * AutoConfig.from_pretrained(resolve(cfg.target)).hidden_size
+    width = len(draft.layers) * draft.model.config.hidden_size
     train_ex.features = head.FeatureStore(folder / "train.f16", train_ex.lengths, width)
     eval_ex.features = head.FeatureStore(folder / "heldout.f16", eval_ex.lengths, width)
     return None

@@ -61,8 +61,8 @@ def acceptance_proxy(accelerator, student, held: HeldOut, examples=None) -> floa
     rank, world, size = accelerator.process_index, accelerator.num_processes, held.batch_size
     examples = examples if examples is not None else held.examples
     agree = torch.zeros(2, device=accelerator.device)  # (agreements, positions)
+    head = examples.features is not None or held.online is not None  # a feature head: target ids in, features
     for i in range(rank * size, len(examples), world * size):
-        head = examples.features is not None or held.online is not None
         b = batches.collate(examples.take(range(i, min(i + size, len(examples)))), held.vocab, map_inputs=not head)
         b = {k: v.to(accelerator.device) for k, v in b.items()}
         if held.online is not None:
