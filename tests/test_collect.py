@@ -792,3 +792,51 @@ def test_spread_limit_takes_prompts_in_turn_from_each_category():
     spread = load_prompts("heldout", limit=len(cats) * 2, spread=True)
     assert [r["category"] for r in spread] == cats * 2
     assert spread[0] == rows[0] and len(load_prompts("heldout", limit=10_000, spread=True)) == len(rows)
+
+
+# --- several answers per prompt (--samples) ----------------------------------------------------------------------
+
+
+def test_samples_keep_the_greedy_answer_and_add_seeded_sampled_ones(tmp_path, base, target_dir, target_model):
+    info = collect(tmp_path / "s", base.prompts, target_dir, samples=3, sample_temperature=1.5, seed=2)
+    rows = by_id(load_collected(tmp_path / "s"))
+    assert info["prompts"] == len(PROMPTS) and info["rows"] == 3 * len(PROMPTS)
+    assert info["settings"]["samples"] == 3 and info["settings"]["sample_temperature"] == 1.5
+    for pid, first in base.rows.items():
+        assert rows[pid]["response_ids"] == first["response_ids"]  # the first answer is the greedy one
+        sampled = [rows[shards.sample_id(pid, j)] for j in (1, 2)]
+        assert all(s["prompt_ids"] == first["prompt_ids"] for s in sampled)
+    differs = [rows[shards.sample_id(p, j)]["response_ids"] != base.rows[p]["response_ids"] for p in base.rows for j in (1, 2)]
+    assert sum(differs) > len(differs) // 2  # sampled at 1.5, not greedy copies
+    for row in list(rows.values())[::5]:
+        assert_topk_is_target(row, target_model)  # the raw target's top-k for sampled answers too
+    again = collect(tmp_path / "t", base.prompts, target_dir, samples=3, sample_temperature=1.5, seed=2)
+    assert by_id(load_collected(tmp_path / "t")) == rows and again["tokens"] == info["tokens"]
+
+
+def test_samples_resume_exactly_once_and_split_by_prompt(tmp_path, base, target_dir):
+    out = tmp_path / "s"
+    collect(out, base.prompts, target_dir, samples=2, sample_temperature=1.5)
+    rows = by_id(load_collected(out))
+    for lost in shard_dirs(out)[-2:]:  # a kill before these shards were written
+        shutil.rmtree(lost)
+    (out / "collect.json").unlink()
+    with pytest.raises(UserError, match="samples: 2 there, 3 now"):
+        collect(out, base.prompts, target_dir, samples=3, sample_temperature=1.5)
+    assert collect(out, base.prompts, target_dir, samples=2, sample_temperature=1.5)["rows"] == 2 * len(PROMPTS)
+    assert by_id(load_collected(out)).keys() == rows.keys()
+    assert {shards.split_sample_id(i)[0] for i in rows} == set(base.rows)
+    assert shards.split_sample_id("math-1~s2") == ("math-1", 2) and shards.split_sample_id("a~b") == ("a~b", 0)
+    from distill.train.data import hash_id
+
+    assert hash_id("math-1~s2") == hash_id("math-1")  # a prompt's answers share a side of the held-out split
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"samples": 0}, "--samples must be >= 1"),
+    ({"samples": 2, "sample_temperature": 0.0}, "--sample-temperature > 0"),
+    ({"samples": 2, "mode": "score"}, "--mode generate"),
+])
+def test_bad_samples_are_refused(kw, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        CollectConfig(**kw)

@@ -5,6 +5,7 @@
     python -m distill.collect --mode score --prompts chats.jsonl ...        # teacher-force given responses
     python -m distill.collect --generator runs/train/checkpoint-400/hf ...  # on-policy: draft writes, target scores
     python -m distill.collect --engine vllm [--tensor-parallel-size 2] ...  # vLLM's continuous batching generates
+    python -m distill.collect --samples 4 --sample-temperature 0.8 ...      # greedy answer + 3 sampled per prompt
 
 Killing it at any moment and rerunning the same command finishes with every prompt exactly once.
 The dataset layout is documented in distill/collect/shards.py; `load_collected(OUT)` returns it as one Dataset.
@@ -56,7 +57,10 @@ class CollectConfig:
     generator: str | None = field(default=None, metadata={"help": "draft folder that generates (on-policy data); target scores"})
     chat_template: bool = field(default=True, metadata={"help": "apply the tokenizer's chat template"})
     max_new_tokens: int = field(default=128, metadata={"help": "tokens generated per prompt"})
-    temperature: float = field(default=0.0, metadata={"help": "0 = greedy"})
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy (the first answer, with --samples)"})
+    samples: int = field(default=1, metadata={"help": "answers per prompt: the first at --temperature, the others "
+                                                     "at --sample-temperature (rows ID~s1, ID~s2, ...)"})
+    sample_temperature: float = field(default=0.8, metadata={"help": "temperature of answers 2..K (--samples K)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (1 = off)"})
     top_k: int = field(default=0, metadata={"help": "sampling top-k (0 = off)"})
     stop: list = field(default_factory=list, metadata={"help": "stop strings"})
@@ -81,7 +85,7 @@ class CollectConfig:
             raise UserError("--generator makes on-policy data by generating; it cannot be combined with --mode score")
         if self.mode == "score" and not self.topk:
             raise UserError("--mode score stores top-k logprobs; give --topk > 0")
-        for name in ("max_new_tokens", "batch_size"):
+        for name in ("max_new_tokens", "batch_size", "samples"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.limit < 0:
@@ -102,12 +106,16 @@ class CollectConfig:
         if self.tensor_parallel_size < 1:
             raise UserError(f"--tensor-parallel-size must be >= 1 (GPUs per vLLM engine), got {self.tensor_parallel_size}")
         SamplingParams(self.temperature, self.top_k, self.top_p)
+        if self.samples > 1 and (self.sample_temperature <= 0 or self.mode == "score"):
+            raise UserError(f"--samples {self.samples} adds sampled answers: give --sample-temperature > 0 (got "
+                            f"{self.sample_temperature}), in --mode generate (score mode has one given response)")
 
     def settings(self) -> dict:
         """What makes two collections the same collection (anything else may change on resume)."""
         keys = ("target", "prompts", "columns", "split", "categories", "limit", "mode", "generator", "chat_template",
-                "max_new_tokens", "temperature", "top_p", "top_k", "stop", "topk", "seed")
-        return {**{k: getattr(self, k) for k in keys}, "engine": self.resolved_engine()}
+                "max_new_tokens", "temperature", "top_p", "top_k", "stop", "topk", "seed", "samples")
+        return {**{k: getattr(self, k) for k in keys}, "engine": self.resolved_engine(),
+                "sample_temperature": self.sample_temperature if self.samples > 1 else None}
 
     def resolved_engine(self) -> str:
         """hf or vllm: `auto` picks vLLM only where it pays and only for what it runs (target generation)."""
@@ -117,7 +125,7 @@ class CollectConfig:
 
 
 # settings keys added after collections were made: a settings file without one was made with this value
-SETTINGS_SINCE = {"engine": "hf"}
+SETTINGS_SINCE = {"engine": "hf", "samples": 1, "sample_temperature": None}
 
 
 def _rank_world(cfg: CollectConfig) -> tuple[int, int]:
@@ -167,8 +175,9 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
 
     shards.clean_temp(out, f"r{rank:03d}-")  # a kill mid-write leaves this rank's temp folder behind
     done = shards.done_ids(out)
-    mine = [r for i, r in enumerate(rows) if i % world == rank and r["id"] not in done]
-    mine.sort(key=lambda r: -len(r["prompt_ids"]))  # similar lengths share a batch: little padding
+    mine = [r for i, r in enumerate(answers(rows, cfg.samples)) if i % world == rank and r["id"] not in done]
+    # first answers, then sampled ones (a batch shares one temperature); similar lengths share a batch: little padding
+    mine.sort(key=lambda r: (r["sample"] > 0, -len(r["prompt_ids"])))
     eos = set(eos_ids(target, tok))
     source = "score" if cfg.mode == "score" else ("on_policy" if cfg.generator else "target")
 
@@ -188,6 +197,15 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
         _collect_hf(cfg, target, tok, mine, eos, emit)
     bar.close()
     return finish(out, cfg, rows, tok, argv, command)
+
+
+def answers(rows: list[dict], samples: int) -> list[dict]:
+    """One row per answer to collect: answer j of prompt ID is row `ID~sJ` (ID itself for the first)."""
+    return [{**r, "id": shards.sample_id(r["id"], j), "sample": j} for r in rows for j in range(samples)]
+
+
+def temperature_of(cfg: CollectConfig, row: dict) -> float:
+    return cfg.temperature if row["sample"] == 0 else cfg.sample_temperature
 
 
 def _target_meta(spec: str):
@@ -222,15 +240,14 @@ def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int]
     device = str(target.device)  # where inputs go: the first GPU of a target spread by a device map
     vocab = target.config.vocab_size
     pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos), 0)
-    sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
     generator_model, gvocab = None, None
     if cfg.generator:
         d = load_draft(cfg.generator, target, tok, device=device)
         generator_model, gvocab = d.model, VocabMap(d.vocab_map, vocab)
-    for start in range(0, len(mine), cfg.batch_size):
-        batch = mine[start: start + cfg.batch_size]
+    for batch, offset in _batches(mine, cfg.batch_size):
+        sampling = SamplingParams(temperature_of(cfg, batch[0]), cfg.top_k, cfg.top_p)
         t0 = time.perf_counter()
-        gen = torch.Generator(device=device).manual_seed(cfg.seed + start)
+        gen = torch.Generator(device=device).manual_seed(cfg.seed + offset)
         if cfg.mode == "score":
             results = score_batch(target, [r["prompt_ids"] for r in batch], [r["response_ids"] for r in batch], cfg.topk, pad)
         elif generator_model is not None:
@@ -244,6 +261,15 @@ def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int]
         emit(batch, results, time.perf_counter() - t0)
 
 
+def _batches(mine: list[dict], size: int):
+    """(batch, its offset in `mine`): batches of `size` rows that never mix first and sampled answers (one
+    temperature per batch); the offset seeds the batch's sampling."""
+    for group in ([r for r in mine if r["sample"] == 0], [r for r in mine if r["sample"] > 0]):
+        offset = 0 if not group or group[0]["sample"] == 0 else len(mine) - len(group)
+        for start in range(0, len(group), size):
+            yield group[start: start + size], offset + start
+
+
 def _collect_vllm(cfg: CollectConfig, target, mine: list[dict], eos: set[int], emit) -> None:
     """vLLM: every prompt of this rank's share in one continuously batched stream; a shard is written each time
     cfg.batch_size prompts have finished (the seconds recorded: wall time since the previous shard)."""
@@ -253,7 +279,7 @@ def _collect_vllm(cfg: CollectConfig, target, mine: list[dict], eos: set[int], e
     llm = vllm_engine.build_llm(target.path, max_model_len=max_len, dtype=cfg.dtype, max_logprobs=cfg.topk,
                                 tensor_parallel_size=cfg.tensor_parallel_size, seed=cfg.seed)
     # a seed per prompt id: a sampled response does not depend on the batch it shared or on a resume
-    params = [vllm_engine.sampling_params(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+    params = [vllm_engine.sampling_params(max_new_tokens=cfg.max_new_tokens, temperature=temperature_of(cfg, r),
                                           top_k=cfg.top_k, top_p=cfg.top_p, k=cfg.topk, stop=tuple(cfg.stop), eos=eos,
                                           seed=cfg.seed + zlib.crc32(r["id"].encode())) for r in mine]
     batch, results, t0 = [], [], time.perf_counter()
@@ -272,8 +298,8 @@ def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: 
     """Write collect.json once every prompt is in a shard (the last rank to finish does it)."""
     metas = shards.shard_meta(out)
     n_rows = sum(m["rows"] for m in metas)
-    if n_rows < len(rows):
-        print(f"{n_rows}/{len(rows)} prompts collected; other ranks are still running", file=sys.stderr)
+    if n_rows < len(rows) * cfg.samples:
+        print(f"{n_rows}/{len(rows) * cfg.samples} answers collected; other ranks are still running", file=sys.stderr)
         return None
     per_rank: dict = {}
     for m in metas:
@@ -302,6 +328,7 @@ def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: 
 def main(argv: list[str] | None = None) -> None:
     cfg, info = cli.run_job(CollectConfig, run, argv, __doc__)
     if info:
-        print(f"collected {info['rows']} prompts, {info['tokens']} tokens at {info['tokens_per_s']} tokens/s "
+        what = f"{info['rows']} answers to {info['prompts']} prompts" if cfg.samples > 1 else f"{info['rows']} prompts"
+        print(f"collected {what}, {info['tokens']} tokens at {info['tokens_per_s']} tokens/s "
               f"({info['bytes_per_token']} bytes/token) into {cfg.output}")
         print(json.dumps({k: v for k, v in info.items() if k != "config"}))

@@ -7,6 +7,7 @@
     OUT/collect.json            metadata of the finished collection (written once every prompt is in a shard)
 
 Exactly-once: a prompt is skipped when its id is in any finished shard, and a shard is only ever visible whole.
+With --samples K a prompt has K rows: the first under the prompt's own id, answer j under `ID~sJ` (sample_id).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -34,6 +36,20 @@ FEATURES = datasets.Features({
     "topk_ids": datasets.Sequence(datasets.Sequence(datasets.Value("int32"))),
     "topk_logprobs": datasets.Sequence(datasets.Sequence(datasets.Value("float16"))),
 })
+
+
+SAMPLE_SUFFIX = re.compile(r"~s(\d+)$")
+
+
+def sample_id(prompt_id: str, j: int) -> str:
+    """The row id of a prompt's answer j (0 = the prompt's own id)."""
+    return f"{prompt_id}~s{j}" if j else prompt_id
+
+
+def split_sample_id(row_id: str) -> tuple[str, int]:
+    """(prompt id, answer index) of a row id: rows of one prompt share the prompt id (held-out splits use it)."""
+    m = SAMPLE_SUFFIX.search(row_id)
+    return (row_id[: m.start()], int(m.group(1))) if m else (row_id, 0)
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

@@ -12,7 +12,13 @@ import numpy as np
 import torch
 
 from decode.errors import UserError
-from distill.collect.shards import check_collection, collect_info, load_collected, tokenizer_fingerprint
+from distill.collect.shards import (
+    check_collection,
+    collect_info,
+    load_collected,
+    split_sample_id,
+    tokenizer_fingerprint,
+)
 from distill.train import batches, losses
 
 if TYPE_CHECKING:
@@ -44,10 +50,24 @@ def load_data(cfg: TrainConfig, tok) -> Data:
     else:  # a fixed 5% by id, so it never moves between runs
         held = [i for i, x in enumerate(ds["id"]) if hash_id(x) % 20 == 0]
         eval_ds, ds = ds.select(held), ds.select(sorted(set(range(len(ds))) - set(held)))
+    ds = first_tokens(ds, cfg.data_tokens) if cfg.data_tokens else ds
     needs_topk = any(cfg.loss.get(k, 0) > 0 for k in losses.NEEDS_TOPK)
     if needs_topk and not all(i.get("k") for i in infos):
         raise UserError(f"{cfg.data} has no top-k logprobs (collected with --topk 0); use --loss '{{ce: 1.0}}' or recollect")
     return Data(ds, eval_ds, infos)
+
+
+def first_tokens(ds, n: int):
+    """The rows of the first `n` response tokens, in a fixed order: every prompt's first answer, then its second
+    (--samples), ...; within one, by prompt-id hash. A larger n keeps every row of a smaller one, and a small n
+    spreads over the prompts instead of taking the longest-first order collection wrote."""
+    ids = ds["id"]
+    order = sorted(range(len(ids)), key=lambda i: (split_sample_id(ids[i])[1], hash_id(ids[i]), ids[i]))
+    cumulative = np.cumsum(batches.row_lengths(ds)[1][order]) if order else np.zeros(1, np.int64)
+    if n > cumulative[-1]:
+        raise UserError(f"--data-tokens {n}: the training rows hold {int(cumulative[-1])} response tokens; collect "
+                        f"more (--samples K, more prompts) or give --data-tokens <= {int(cumulative[-1])} (0 = all)")
+    return ds.select(sorted(order[: int(np.searchsorted(cumulative, n)) + 1]))
 
 
 def concatenate(parts):
@@ -61,10 +81,11 @@ def concatenate(parts):
 
 
 def hash_id(x: str) -> int:
-    """A stable (process-independent) hash of a prompt id."""
+    """A stable (process-independent) hash of a row's prompt id: a prompt's several answers (--samples) share it,
+    so they fall on the same side of the held-out split."""
     import zlib
 
-    return zlib.crc32(x.encode())
+    return zlib.crc32(split_sample_id(x)[0].encode())
 
 
 # --- examples and their order
