@@ -48,6 +48,9 @@ class TrainConfig:
     data: str | list = field(default="runs/collect-default",
                              metadata={"help": "collected dataset (distill.collect --output), or a list of them (e.g. + on-policy rows)"})
     eval_data: str | None = field(default=None, metadata={"help": "collected held-out dataset (default: 5%% of --data by id)"})
+    data_tokens: int = field(default=0, metadata={"help": "train on the first N response tokens of --data (0 = all): "
+                             "first answers before sampled ones (--samples), each in a fixed order, so smaller N are "
+                             "subsets of larger ones (a data-scaling curve)"})
     output: str = field(default="runs/train-default", metadata={"help": "run dir: checkpoints, metrics.jsonl, W&B"})
     # --- draft design (distill/train/designs.py; feature heads: distill/train/head.py)
     design: str = field(default="standalone", metadata={"help": "standalone (a small causal LM) | feature_head "
@@ -140,7 +143,7 @@ class TrainConfig:
 # the numbers a run cannot use below a bound (a typo such as --lr -1e-3 would otherwise train backwards)
 AT_LEAST = {1: ("max_steps", "ttt_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "loss_chunk_mb",
                 "spec_eval_gamma", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"),
-            0: ("warmup_steps", "keep_last", "eval_rows", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
+            0: ("warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
 
 
 def check_bounds(cfg: TrainConfig) -> None:
