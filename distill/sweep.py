@@ -7,7 +7,9 @@ to a list of values; every combination becomes a design). Any train option is an
 (train's `design: standalone | feature_head`). Finished designs (their eval report exists) are skipped when the
 sweep is rerun, so an interrupted sweep resumes where it stopped. The ranking table (SWEEP/ranking.md,
 ranking.json) names each design's kind and marks the Pareto front of draft cost c against acceptance α: designs
-no other design beats on both, feature heads and standalone drafts alike.
+no other design beats on both, feature heads and standalone drafts alike. Designs that differ in `data_tokens`
+(nested subsets of the collection) also get SWEEP/scaling.md and scaling.png: held-out proxy and α against tokens
+(configs/sweep/data_scaling.yaml).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from decode import cli
 from decode.errors import UserError
 from distill import collect, evaluate, train
+from distill.collect.shards import collect_info
+from distill.evaluate import scaling
 from distill.evaluate.report import kind
 from distill.pipeline import check_data, data_stages, fit_to_target, section_values, stage_config
 
@@ -153,6 +157,7 @@ def rank(cfg: SweepConfig, out: Path, designs: list[dict]) -> list[dict]:
         report = json.loads((ddir / "eval" / "report.json").read_text())
         for e in report["entries"]:
             rows.append({"name": d["name"], "kind": kind(e), "gamma": e["gamma"], "speedup": e["speedup"],
+                         "tokens": design_tokens(cfg, out, d), "proxy": scaling.final_proxy(ddir / "train"),
                          "alpha": e["speculative"]["acceptance_rate"],
                          "tau": e["speculative"]["tau"], "c": e["cost_model"]["c"], "predicted": e["cost_model"]["predicted_speedup"],
                          "params": (e.get("design") or {}).get("params"), "lossless": e["lossless"], "draft": e["draft"]})
@@ -169,7 +174,17 @@ def rank(cfg: SweepConfig, out: Path, designs: list[dict]) -> list[dict]:
     lines += [f"| – | {r['name']} | | | failed: {r['error']} | | | | | | |" for r in rows if "error" in r]
     (out / "ranking.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    if scaling.write(out, ranking):
+        print(f"data scaling: {out / 'scaling.md'}, {out / 'scaling.png'}")
     return ranking
+
+
+def design_tokens(cfg: SweepConfig, out: Path, d: dict) -> int | None:
+    """The collected tokens a design trained on when the sweep varies them: its data_tokens, or 0 = all of the
+    sweep's collection; None for a design that does not say."""
+    if "data_tokens" not in d:
+        return None
+    return d["data_tokens"] or collect_info(_data(cfg, out)[0].output).get("tokens")
 
 
 def _command(argv: list[str] | None) -> str | None:

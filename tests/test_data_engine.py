@@ -34,3 +34,33 @@ def test_data_tokens_takes_first_answers_first_and_nests():
 def test_data_tokens_must_not_be_negative():
     with pytest.raises(UserError, match="--data-tokens must be >= 0"):
         TrainConfig(data_tokens=-5)
+
+
+def _ranked(name, kind, tokens, proxy, alpha):
+    return {"name": name, "kind": kind, "tokens": tokens, "proxy": proxy, "alpha": alpha, "tau": 1 + alpha,
+            "speedup": 1.0, "gamma": 2}
+
+
+def test_scaling_report_draws_one_line_per_kind_fewest_tokens_first(tmp_path):
+    from distill.evaluate import scaling
+
+    ranking = [_ranked("s-all", "standalone", 228000, 0.5, 0.3), _ranked("s-28k", "standalone", 28000, 0.3, 0.2),
+               _ranked("h-28k", "feature_head", 28000, 0.25, 0.18), _ranked("h-all", "feature_head", 228000, 0.4, 0.26),
+               _ranked("s-all", "standalone", 228000, 0.5, 0.3) | {"gamma": 3},  # a second γ of one design: one point
+               {"name": "broken", "error": "not run yet"}, _ranked("other", "standalone", None, 0.1, 0.1)]
+    curves = scaling.points(ranking)
+    assert [r["name"] for r in curves["standalone"]] == ["s-28k", "s-all"]
+    assert [r["name"] for r in curves["feature_head"]] == ["h-28k", "h-all"]
+    assert scaling.write(tmp_path, ranking) == tmp_path / "scaling.md"
+    text = (tmp_path / "scaling.md").read_text()
+    assert "| standalone | 28,000 | s-28k | 0.3 | 0.2 |" in text and "scaling.png" in text
+    assert (tmp_path / "scaling.png").stat().st_size > 10_000
+    assert scaling.write(tmp_path / "none", ranking[5:]) is None  # no design names two token counts of one kind
+
+
+def test_final_proxy_is_the_last_logged(tmp_path):
+    from distill.evaluate import scaling
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 50, "eval/acceptance_proxy": 0.2}\n{"step": 60, "train/loss": 1}\n'
+                                            '{"step": 100, "eval/acceptance_proxy": 0.31}\n')
+    assert scaling.final_proxy(tmp_path) == 0.31 and scaling.final_proxy(tmp_path / "missing") is None
