@@ -37,7 +37,7 @@ from decode.errors import UserError
 from decode.runners import FAST_MODEL_TYPES, FastLlama
 from decode.targets import load_tokenizer, resolve
 from distill import collect, evaluate, train
-from distill.collect import shards, vllm_engine
+from distill.collect import self_prompts, shards, vllm_engine
 from distill.collect.job import SETTINGS_SINCE
 from distill.evaluate.report import headline
 from distill.prompts import load_prompts
@@ -166,7 +166,10 @@ def check_data(target: str, stages) -> None:
     collect would refuse it, the held-out one only after the train collection ran)."""
     tok = load_tokenizer(target)
     for c in stages:
-        load_prompts(c.prompts, c.columns, c.split, c.categories or None, c.limit)
+        if self_prompts.is_self(c.prompts):  # `self:N`: the target writes them when collection starts
+            self_prompts.check(c.prompts, tok)
+        else:
+            load_prompts(c.prompts, c.columns, c.split, c.categories or None, c.limit)
         if c.resolved_engine() == "vllm":
             vllm_engine.require()
         if (Path(c.output) / "collect.settings.json").is_file():  # compares only; nothing is written

@@ -5,6 +5,7 @@
     python -m distill.collect --mode score --prompts chats.jsonl ...        # teacher-force given responses
     python -m distill.collect --generator runs/train/checkpoint-400/hf ...  # on-policy: draft writes, target scores
     python -m distill.collect --engine vllm [--tensor-parallel-size 2] ...  # vLLM's continuous batching generates
+    python -m distill.collect --prompts self:2000 ...                      # the target writes its prompts (Magpie)
     python -m distill.collect --samples 4 --sample-temperature 0.8 ...      # greedy answer + 3 sampled per prompt
 
 Killing it at any moment and rerunning the same command finishes with every prompt exactly once.
@@ -39,7 +40,7 @@ from decode.targets import (
     parse_dtype,
     resolve,
 )
-from distill.collect import shards, vllm_engine
+from distill.collect import self_prompts, shards, vllm_engine
 from distill.collect.generation import Generated, generate_batch, score_batch
 from distill.prompts import load_prompts, split_response
 
@@ -47,7 +48,8 @@ from distill.prompts import load_prompts, split_response
 @dataclass
 class CollectConfig:
     target: str = field(default="default", metadata={"help": "target: default, HF folder, Hub id or .gguf"})
-    prompts: str = field(default="train", metadata={"help": "train/heldout (bundled), a JSONL file, or an HF dataset"})
+    prompts: str = field(default="train", metadata={"help": "train/heldout (bundled), a JSONL file, an HF dataset, "
+                                                                 "or self:N (the target writes N prompts first)"})
     columns: dict = field(default_factory=dict, metadata={"help": "map of our field -> dataset column, e.g. {prompt: question}"})
     split: str = field(default="train", metadata={"help": "dataset split for HF datasets"})
     categories: list = field(default_factory=list, metadata={"help": "only these prompt categories"})
@@ -85,6 +87,8 @@ class CollectConfig:
             raise UserError("--generator makes on-policy data by generating; it cannot be combined with --mode score")
         if self.mode == "score" and not self.topk:
             raise UserError("--mode score stores top-k logprobs; give --topk > 0")
+        if self_prompts.is_self(self.prompts):  # `self:N`: the target writes its prompts (self_prompts.py)
+            self_prompts.parse(self.prompts, self.mode)
         for name in ("max_new_tokens", "batch_size", "samples"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -162,10 +166,13 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
     rank, world = _rank_world(cfg)
     if engine == "hf":
         check_device(cfg.device)
+    own = self_prompts.parse(cfg.prompts, cfg.mode) if self_prompts.is_self(cfg.prompts) else None
     # a bad prompt file fails here, not after a large target has loaded
-    rows = load_prompts(cfg.prompts, cfg.columns, cfg.split, cfg.categories or None, cfg.limit)
+    rows = None if own else load_prompts(cfg.prompts, cfg.columns, cfg.split, cfg.categories or None, cfg.limit)
     # vLLM loads the target itself (in its engine process): here only its config, generation config and tokenizer
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device) if engine == "hf" else _target_meta(cfg.target)
+    if own:  # the target writes the prompts first: OUT/self-prompts.jsonl, resumable
+        rows = self_prompts.prompt_rows(own, cfg, world, target, tok)
     vocab = target.config.vocab_size
     if cfg.topk > vocab:
         raise UserError(f"--topk {cfg.topk} is larger than the target's vocabulary ({vocab})")
