@@ -50,6 +50,17 @@ def _other_tokenizer(env) -> str:
     return str(folder)
 
 
+def _no_chat_template(env) -> str:
+    """A copy of the tiny target whose tokenizer has no chat template (a base model)."""
+    folder = env.tmp / "base-model"
+    shutil.copytree(env.base.target, folder)
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
 LONG = {"id": "long", "prompt": " ".join(["lorem ipsum dolor sit amet"] * 120)}  # ~600 tokens; the target has 512
 
 CASES = [
@@ -94,6 +105,16 @@ CASES = [
          "unknown category ['poetry']"),
     Case("collect", "a prompt longer than the target's context",
          lambda env: _collect(env, "--prompts", _prompts(env, [GOOD, LONG])), "exceeds the model's context of 512"),
+    # --- distill.collect: prompts the target writes (--prompts self:N)
+    Case("collect", "--prompts self: with a count that is not a number", lambda env: _collect(env, "--prompts", "self:many"),
+         "'many' is not a number of prompts"),
+    Case("collect", "--prompts self:0", lambda env: _collect(env, "--prompts", "self:0"), "needs N >= 1"),
+    Case("collect", "--prompts self:N with an option that does not exist",
+         lambda env: _collect(env, "--prompts", "self:100:temp=0.8"), "unknown option 'temp=0.8'"),
+    Case("collect", "--prompts self:N with --mode score", lambda env: _collect(env, "--prompts", "self:100", "--mode",
+                                                                               "score"), "self-written prompts have none"),
+    Case("collect", "--prompts self:N on a target without a chat template",
+         lambda env: _collect(env, "--prompts", "self:100", "--target", _no_chat_template(env)), "give --prompts FILE"),
     # --- distill.collect: models
     Case("collect", "--target folder that does not exist",
          lambda env: _collect(env, "--target", str(env.tmp / "no-model"), "--prompts", _prompts(env, [GOOD])),

@@ -133,7 +133,7 @@ def test_a_tokenizer_without_a_chat_template_is_refused():
     ("self:0", "needs N >= 1"),
     ("self:-3", "needs N >= 1"),
     ("self:10:temperature=0", "temperature must be > 0"),
-    ("self:10:tempreature=1", "unknown option 'tempreature=1'; options are"),
+    ("self:10:tempreature=1", "unknown option 'tempreature=1'; give self:N:key=value,... with keys ['attempts'"),
     ("self:10:dedup=1.5", "dedup must be in (0, 1]"),
     ("self:10:max_tokens=x", "max_tokens must be int, got 'x'"),
 ])

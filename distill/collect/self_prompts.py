@@ -102,7 +102,8 @@ def parse(spec: str, mode: str = "generate") -> SelfOptions:
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if key not in types or not eq:
-            raise UserError(f"--prompts {spec!r}: unknown option {item!r}; options are {sorted(types)} ({usage})")
+            raise UserError(f"--prompts {spec!r}: unknown option {item!r}; give self:N:key=value,... with keys "
+                            f"{sorted(types)}")
         try:
             kw[key] = {"int": int, "float": float}.get(types[key], str)(value)
         except ValueError:
