@@ -377,7 +377,6 @@ def test_the_pipeline_checks_a_self_spec_without_loading_prompts(tmp_path, targe
 
 @pytest.mark.slow
 def test_the_default_target_writes_prompts_and_answers_them(tmp_path):
-    torch.set_num_threads(max(torch.get_num_threads(), 2))
     info = collect_self("default", tmp_path, "self:16", max_new_tokens=16, topk=4, batch_size=16)
     stats = json.loads((tmp_path / STATS).read_text())
     assert info["rows"] == stats["accepted"] == 16 and sum(stats["categories"].values()) == 16
