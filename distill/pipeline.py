@@ -2,6 +2,7 @@
 
     python -m distill.pipeline --config configs/pipeline/default.yaml
     python -m distill.pipeline --config configs/pipeline/default.yaml --preset quick     # a first look in minutes
+    python -m distill.pipeline --config configs/pipeline/default.yaml --preset best      # more data, longer training
 
 A preset's run writes to its own folder, the output + `-PRESET` (runs/pipeline-default-quick here), unless --output
 is given on the command line, so the full run after a quick look starts its own collection. Every stage section
@@ -36,12 +37,13 @@ from decode import cli
 from decode.errors import UserError
 from decode.runners import FAST_MODEL_TYPES, FastLlama
 from decode.targets import load_tokenizer, resolve
-from distill import collect, evaluate, train
+from distill import collect, evaluate, onpolicy, train
 from distill.collect import self_prompts, shards, vllm_engine
 from distill.collect.job import SETTINGS_SINCE
 from distill.evaluate.report import headline
+from distill.onpolicy import last_draft
 from distill.prompts import load_prompts
-from distill.train import checkpoints, copy_circuit
+from distill.train import copy_circuit
 
 TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` runs
 
@@ -57,11 +59,14 @@ class PipelineConfig:
                        "(its design is feature_head)"})
     designs: list = field(default_factory=lambda: list(DESIGNS), metadata={"help": "which kinds of draft to train "
                           "and compare: standalone, feature_head"})
+    onpolicy: dict = field(default_factory=dict, metadata={"help": "on-policy rounds after the standalone draft's "
+                           "training: {rounds: N, collect: {...}, train: {...}} (distill/onpolicy.py)"})
     evaluate: dict = field(default_factory=dict, metadata={"help": "distill.evaluate overrides"})
     accelerate_config: str | None = field(default=None, metadata={"help": "train under `accelerate launch` with this config"})
-    preset: str | None = field(default=None, metadata={"help": "quick = a small first look"})
+    preset: str | None = field(default=None, metadata={"help": "quick = a small first look; best = more data and "
+                                                          "steps (about 2 h on 2 CPU cores)"})
 
-    SECTIONS = ("collect", "heldout", "train", "head", "evaluate")  # merged key by key: YAML < preset < flag (decode.cli)
+    SECTIONS = ("collect", "heldout", "train", "head", "onpolicy", "evaluate")  # merged key by key: YAML < preset < flag (decode.cli)
     PRESETS = {
         "quick": {
             "collect": {"limit": 96, "max_new_tokens": 48},
@@ -69,7 +74,16 @@ class PipelineConfig:
             "train": {"max_steps": 40, "eval_every": 20, "save_every": 20},
             "head": {"max_steps": 40, "eval_every": 20, "save_every": 20},
             "evaluate": {"limit": 8, "max_new_tokens": 32},
-        }
+        },
+        # the best draft this 2-core box makes in about 2 hours: four answers per prompt (228k tokens, the top of
+        # configs/sweep/data_scaling.yaml's curve) and the longer schedule of configs/train/four-passes.yaml
+        "best": {
+            "collect": {"samples": 4, "sample_temperature": 0.8},
+            "train": {"vocab": 12288, "loss": {"fkl": 1.0, "top1": 1.0}, "lr": 4.0e-3, "warmup_steps": 20,
+                      "min_lr_ratio": 0.0, "max_steps": 1150, "eval_every": 100, "save_every": 200},
+            "head": {"max_steps": 600, "eval_every": 100, "save_every": 200},
+            "evaluate": {"limit": 48},
+        },
     }
 
     def __post_init__(self):
@@ -216,13 +230,14 @@ def plan(cfg: PipelineConfig, out: Path):
     if e.anchors == "vllm":
         vllm_engine.require("--anchors vllm")
     trains = [x for x, d in ((t, "standalone"), (hd, "feature_head")) if d in cfg.designs]
-    return c, h, trains, e, notes
+    rounds = onpolicy.plan(s["onpolicy"], out, c, t, stage_config) if "standalone" in cfg.designs else []
+    return c, h, trains, rounds, e, notes
 
 
 def run_stages(cfg: PipelineConfig, out: Path, stages, command: str) -> tuple[dict, dict]:
-    """collect (train and held-out prompts) -> train (each design) -> evaluate, each resuming; (evaluation
-    result, timings)."""
-    c, h, trains, e = stages
+    """collect (train and held-out prompts) -> train (each design; the standalone one's on-policy rounds) ->
+    evaluate, each resuming; (evaluation result, timings)."""
+    c, h, trains, rounds, e = stages
     timings = {}
 
     t0 = time.perf_counter()
@@ -237,8 +252,13 @@ def run_stages(cfg: PipelineConfig, out: Path, stages, command: str) -> tuple[di
         print(f"== train: {t.design} draft -> {t.output}", flush=True)
         train_one(cfg, out, t, command)
         timings["train_s" if t.design == "standalone" else "train_head_s"] = round(time.perf_counter() - t0, 1)
-    # the standalone run is evaluate's --run (every checkpoint, plots by step); the head's last checkpoint joins it
     runs = [Path(t.output) for t in trains]
+    if rounds:
+        t0 = time.perf_counter()
+        runs[0], timings["onpolicy"] = onpolicy.run(rounds, runs[0], lambda x: train_one(cfg, out, x, command), command)
+        timings["onpolicy_s"] = round(time.perf_counter() - t0, 1)
+    # the standalone run (its last round's) is evaluate's --run (every checkpoint, plots by step); the head's last
+    # checkpoint joins it
     e = replace(e, run=str(runs[0]), drafts=[*e.drafts, *(str(last_draft(r)) for r in runs[1:])])
 
     t0 = time.perf_counter()
@@ -261,14 +281,6 @@ def train_one(cfg: PipelineConfig, out: Path, t, command: str) -> None:
         train.train(t, [], command=command)
 
 
-def last_draft(run_dir: Path) -> Path:
-    """The newest complete checkpoint's draft folder of a training run."""
-    done = checkpoints.complete(run_dir)
-    if not done:
-        raise UserError(f"{run_dir} holds no complete checkpoint after training; rerun the same command to resume it")
-    return done[0] / "hf"
-
-
 def ship(out: Path, result: dict) -> dict | None:
     """Copy the draft with the highest measured speedup (lossless) to RUN/draft: what publish takes."""
     b = result.get("best")
@@ -287,16 +299,16 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     cli.check_output(cfg.output)
     out = Path(cfg.output)
     print(f"pipeline: writing to {out}" + (f" (preset {cfg.preset})" if cfg.preset else ""), flush=True)
-    c, h, trains, e, notes = plan(cfg, out)
+    c, h, trains, rounds, e, notes = plan(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
     cli.save(cfg, out / "pipeline.config.json")
     command = "python -m distill.pipeline " + " ".join(argv)  # recorded by every stage it runs
     for note in notes:
         print(f"pipeline: {note}", flush=True)
-    result, timings = run_stages(cfg, out, (c, h, trains, e), command)
+    result, timings = run_stages(cfg, out, (c, h, trains, rounds, e), command)
     shipped = ship(out, result)
     summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"),
-               "shipped": shipped, "timings": timings, "left_out": notes}
+               "shipped": shipped, "onpolicy": timings.pop("onpolicy", []), "timings": timings, "left_out": notes}
     (out / "pipeline.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(headline(result))
     if shipped:

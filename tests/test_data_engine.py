@@ -3,6 +3,8 @@ report, and the pipeline's on-policy round."""
 
 from __future__ import annotations
 
+import json
+
 import datasets
 import pytest
 
@@ -64,3 +66,53 @@ def test_final_proxy_is_the_last_logged(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 50, "eval/acceptance_proxy": 0.2}\n{"step": 60, "train/loss": 1}\n'
                                             '{"step": 100, "eval/acceptance_proxy": 0.31}\n')
     assert scaling.final_proxy(tmp_path) == 0.31 and scaling.final_proxy(tmp_path / "missing") is None
+
+
+@pytest.mark.slow
+def test_an_on_policy_round_continues_the_standalone_draft_on_its_own_text(tmp_path):
+    from test_pipeline_checks import REPO, _target
+
+    from distill import pipeline
+    from distill.collect.shards import load_collected
+
+    out = tmp_path / "run"
+    argv = ["--config", str(REPO / "configs/pipeline/default.yaml"), "--preset", "quick", "--target",
+            _target(tmp_path, "llama"), "--output", str(out), "--designs", "[standalone]",
+            "--onpolicy", "{rounds: 1, collect: {temperature: 1.0}, train: {max_steps: 10, save_every: 10}}",
+            "--evaluate", "{lookup: [0], anchors: none}"]
+    pipeline.main(argv)
+    summary = json.loads((out / "pipeline.json").read_text())
+    first = out / "train" / "checkpoint-000040" / "hf"
+    assert summary["onpolicy"][0]["from"] == str(first) and summary["onpolicy"][0]["tokens"] > 0
+    written = load_collected(out / "onpolicy-1" / "collect")
+    assert set(written["source"]) == {"on_policy"} and len(written) == 96  # every quick train prompt, once
+    assert json.loads((out / "onpolicy-1" / "collect" / "collect.json").read_text())["settings"]["generator"] == str(first)
+    continued = out / "onpolicy-1" / "train" / "checkpoint-000010" / "hf"
+    assert (continued / "draft_vocab.json").read_text() == (first / "draft_vocab.json").read_text()  # its own vocabulary
+    config = json.loads((out / "onpolicy-1" / "train" / "train.config.json").read_text())
+    assert config["init"] == f"pretrained:{first}" and config["data"] == [str(out / "collect"), str(out / "onpolicy-1" / "collect")]
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert {e["draft"] for e in report["entries"]} == {str(continued)} and all(e["lossless"] for e in report["entries"])
+    shards = sorted(p.name for p in (out / "onpolicy-1" / "collect" / "shards").iterdir())
+    pipeline.main(argv)  # a rerun resumes: nothing is collected again
+    assert sorted(p.name for p in (out / "onpolicy-1" / "collect" / "shards").iterdir()) == shards
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"rounds": -1}, "rounds must be a whole number >= 0"),
+    ({"round": 1}, "unknown key(s) ['round']"),
+    ({"rounds": 1, "train": {"design": "feature_head"}}, "pipeline `onpolicy train` section: --design feature_head is one decoder layer"),
+    ({"rounds": 1, "collect": {"mode": "score"}}, "--generator makes on-policy data by generating"),
+])
+def test_a_bad_onpolicy_section_is_refused_before_collection(tmp_path, section, message):
+    import re
+
+    from test_pipeline_checks import REPO
+
+    from distill import pipeline
+
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        pipeline.main(["--config", str(REPO / "configs/pipeline/default.yaml"), "--output", str(out),
+                       "--onpolicy", json.dumps(section)])
+    assert not (out / "collect").exists()

@@ -27,7 +27,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from decode import latency
-from decode.draft_folder import VocabMap
+from decode.draft_folder import VocabMap, read_vocab_map
 from decode.errors import UserError
 from decode.layer_cut import (
     config_dtype,
@@ -37,7 +37,7 @@ from decode.layer_cut import (
     has_safetensors,
     target_generation_config,
 )
-from decode.targets import check_tokenizers, load_model
+from decode.targets import check_tokenizers, load_model, resolve
 from distill.train import copy_circuit
 from distill.train.prune import PRUNE_TYPES, ffn_name, importance, prune, target_widths
 
@@ -223,9 +223,13 @@ def _build(design: DraftDesign, src, tokenizer, sequences, seed: int):
         del target
     elif design.init == "random":
         draft = AutoModelForCausalLM.from_config(_random_config(design, tc, layers), dtype=src.dtype)
-    else:
-        draft, tok = load_model(design.init.split(":", 1)[1], src.dtype, str(src.device))
-        check_tokenizers(tokenizer, tok)
+    else:  # a draft trained before (an on-policy round continues it): it keeps its own vocabulary and circuit
+        folder = design.init.split(":", 1)[1]
+        draft, tok = load_model(folder, src.dtype, str(src.device))
+        vocab_map = read_vocab_map(resolve(folder), draft.config.vocab_size)
+        check_tokenizers(tokenizer, tok, vocab_map)
+        draft.to(src.device)
+        return draft, vocab_map
     draft.generation_config = copy.deepcopy(src.generation_config)
     vocab_map = None
     if design.vocab != "full":
