@@ -146,6 +146,8 @@ def run_design(cfg: SweepConfig, out: Path, d: dict, command: str | None = None,
 
 def rank(cfg: SweepConfig, out: Path, designs: list[dict]) -> list[dict]:
     rows = []
+    # the collection's tokens, read once: a design with data_tokens 0 trained on all of them
+    collected = collect_info(_data(cfg, out)[0].output).get("tokens") if any("data_tokens" in d for d in designs) else None
     for d in designs:
         ddir = out / "designs" / d["name"]
         if (ddir / "error.txt").is_file() and not (ddir / "eval" / "report.json").is_file():
@@ -157,7 +159,7 @@ def rank(cfg: SweepConfig, out: Path, designs: list[dict]) -> list[dict]:
         report = json.loads((ddir / "eval" / "report.json").read_text())
         for e in report["entries"]:
             rows.append({"name": d["name"], "kind": kind(e), "gamma": e["gamma"], "speedup": e["speedup"],
-                         "tokens": design_tokens(cfg, out, d), "proxy": scaling.final_proxy(ddir / "train"),
+                         "tokens": design_tokens(d, collected), "proxy": scaling.final_proxy(ddir / "train"),
                          "alpha": e["speculative"]["acceptance_rate"],
                          "tau": e["speculative"]["tau"], "c": e["cost_model"]["c"], "predicted": e["cost_model"]["predicted_speedup"],
                          "params": (e.get("design") or {}).get("params"), "lossless": e["lossless"], "draft": e["draft"]})
@@ -179,12 +181,10 @@ def rank(cfg: SweepConfig, out: Path, designs: list[dict]) -> list[dict]:
     return ranking
 
 
-def design_tokens(cfg: SweepConfig, out: Path, d: dict) -> int | None:
+def design_tokens(d: dict, collected: int | None) -> int | None:
     """The collected tokens a design trained on when the sweep varies them: its data_tokens, or 0 = all of the
-    sweep's collection; None for a design that does not say."""
-    if "data_tokens" not in d:
-        return None
-    return d["data_tokens"] or collect_info(_data(cfg, out)[0].output).get("tokens")
+    sweep's collection (`collected` tokens); None for a design that does not say."""
+    return None if "data_tokens" not in d else d["data_tokens"] or collected
 
 
 def _command(argv: list[str] | None) -> str | None:

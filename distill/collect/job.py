@@ -271,8 +271,8 @@ def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int]
 def _batches(mine: list[dict], size: int):
     """(batch, its offset in `mine`): batches of `size` rows that never mix first and sampled answers (one
     temperature per batch); the offset seeds the batch's sampling."""
-    for group in ([r for r in mine if r["sample"] == 0], [r for r in mine if r["sample"] > 0]):
-        offset = 0 if not group or group[0]["sample"] == 0 else len(mine) - len(group)
+    first = [r for r in mine if r["sample"] == 0]
+    for offset, group in ((0, first), (len(first), [r for r in mine if r["sample"] > 0])):
         for start in range(0, len(group), size):
             yield group[start: start + size], offset + start
 

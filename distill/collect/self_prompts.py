@@ -282,21 +282,6 @@ def _embeddings(model, tok, seeds: list[str], test: list[str], out: Path) -> tup
 # --- the files in OUT ---------------------------------------------------------------------------------------------
 
 
-def guard(out: Path, settings: dict) -> None:
-    """Refuse to continue self-written prompts made with other settings (as shards.guard_settings does for data)."""
-    path = out / SETTINGS
-    if path.is_file():
-        old = json.loads(path.read_text())
-        diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
-        if diff:
-            what = "; ".join(f"{k}: {old.get(k)!r} there, {settings.get(k)!r} now" for k in diff)
-            raise UserError(f"{out} holds self-written prompts made with other settings ({what}). Rerun with the "
-                            f"same --prompts, --target and --seed to resume them, or give a new --output.")
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    shards.write_json_atomic(path, settings)
-
-
 def _complete_lines(path: Path) -> list[dict]:
     """The JSON lines of a file up to the first torn one (a kill mid-append leaves at most one, at the end)."""
     rows = []
@@ -434,7 +419,7 @@ def write(opts: SelfOptions, model, tok, out: Path, target: str, seed: int = 0, 
     if len(prefix) + opts.max_tokens > limit:
         raise UserError(f"--prompts self: the chat template's user prefix ({len(prefix)} tokens) plus max_tokens="
                         f"{opts.max_tokens} exceeds the target's context of {limit}; lower max_tokens")
-    guard(out, settings(opts, target, tok, seed))
+    shards.guard_settings(out, settings(opts, target, tok, seed), name=SETTINGS, what="self-written prompts")
     rows, log = resume(out)
     done = len(rows) >= opts.n or any(e.get("fill") for e in log)
     if done and (out / STATS).is_file():
@@ -498,7 +483,7 @@ def prompt_rows(opts: SelfOptions, cfg, world: int, target, tok) -> list[dict]:
     """distill.collect's hook: write (or finish) the prompts in cfg.output, then load them as a prompt file.
     `target`: the loaded HF model, or a stand-in without weights (the vLLM engine), then one is loaded here."""
     out = Path(cfg.output)
-    guard(out, settings(opts, cfg.target, tok, cfg.seed))
+    shards.guard_settings(out, settings(opts, cfg.target, tok, cfg.seed), name=SETTINGS, what="self-written prompts")
     stats = json.loads((out / STATS).read_text()) if (out / STATS).is_file() else None  # written once finished
     if stats is None and world > 1:  # ranks appending to one file would interleave their batches
         raise UserError("--prompts self:N writes its prompts in one process: run the same command once without a "

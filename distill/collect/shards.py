@@ -66,18 +66,19 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def guard_settings(out: Path, settings: dict, since: dict | None = None) -> None:
-    """Refuse to add to a collection made with other settings; record them for a new one. `since`: settings keys
-    added later, with the value an older settings file (which lacks them) was made with."""
-    path = out / "collect.settings.json"
+def guard_settings(out: Path, settings: dict, since: dict | None = None, name: str = "collect.settings.json",
+                   what: str = "a collection") -> None:
+    """Refuse to add to `what` (OUT/`name` records its settings) made with other settings; record them for a new
+    one. `since`: settings keys added later, with the value an older settings file (which lacks them) was made with."""
+    path = out / name
     if path.is_file():
         old = {**(since or {}), **json.loads(path.read_text())}
         diff = {k: (old.get(k), settings.get(k)) for k in set(old) | set(settings) if old.get(k) != settings.get(k)}
         if diff:
             lines = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, a, b in ((k, *v) for k, v in sorted(diff.items())))
             raise UserError(
-                f"{out} holds a collection made with other settings ({lines}). Rerun with the same settings to "
-                f"resume it, or give a new --output (or delete {out}) to start fresh."
+                f"{out} holds {what} made with other settings ({lines}). Rerun with the same settings to "
+                f"resume, or give a new --output (or delete {out}) to start fresh."
             )
         return
     out.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,6 @@ the collected tokens each design trained on, one line per kind of draft (SWEEP/s
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -14,17 +13,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from distill.evaluate.job import training_proxy  # noqa: E402
+
 METRICS = (("proxy", "held-out proxy (top-1 agreement)"), ("alpha", "α, measured in the decoder"))
 
 
 def final_proxy(run_dir: Path) -> float | None:
     """The last eval/acceptance_proxy a training run logged (RUN/metrics.jsonl)."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    values = [r["eval/acceptance_proxy"] for r in rows if "eval/acceptance_proxy" in r]
-    return values[-1] if values else None
+    curve = training_proxy(run_dir)
+    return curve[-1][1] if curve else None
 
 
 def points(ranking: list[dict]) -> dict[str, list[dict]]:

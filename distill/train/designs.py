@@ -228,7 +228,6 @@ def _build(design: DraftDesign, src, tokenizer, sequences, seed: int):
         draft, tok = load_model(folder, src.dtype, str(src.device))
         vocab_map = read_vocab_map(resolve(folder), draft.config.vocab_size)
         check_tokenizers(tokenizer, tok, vocab_map)
-        draft.to(src.device)
         return draft, vocab_map
     draft.generation_config = copy.deepcopy(src.generation_config)
     vocab_map = None
