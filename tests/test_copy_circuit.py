@@ -104,6 +104,27 @@ def test_training_keeps_structural_zeros(draft):
     assert not torch.equal(wide.model.layers[0].mlp.up_proj.weight.detach(), before)  # the rest does train
 
 
+def test_a_reloaded_circuit_draft_trains_with_the_masks_it_was_built_with(draft, tmp_path):
+    """--init pretrained: (an on-policy round) continues a saved draft: its masks are rebuilt from its weights and
+    the final norm's private gain, which export calibrated, goes back to the 1 training runs with."""
+    from transformers import AutoModelForCausalLM
+
+    wide = copy_circuit.add_copy_circuit(draft, _seqs(), sink_id=1)
+    h = wide.config.copy_circuit["private"]
+    with torch.no_grad():
+        wide.model.layers[0].mlp.up_proj.weight[:, :h].add_(0.1)  # trained: the copied block moves, the zeros not
+        wide.model.norm.weight[h:] = 2.5  # as export leaves it (calibrated)
+    wide.save_pretrained(tmp_path / "d")
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "d")
+    assert not hasattr(back, "_copy_circuit_masks")
+    assert copy_circuit.resume_training(back) and not copy_circuit.resume_training(back)  # once
+    assert set(back._copy_circuit_masks) == set(wide._copy_circuit_masks)
+    for name, m in wide._copy_circuit_masks.items():
+        assert torch.equal(back._copy_circuit_masks[name], m), name
+    assert torch.equal(back.model.norm.weight[h:], torch.ones_like(back.model.norm.weight[h:]))
+    assert not copy_circuit.resume_training(draft)  # no circuit: nothing to do
+
+
 def test_saved_circuit_draft_reloads_and_stays_lossless(draft, tiny_llama, tiny_tokenizer, tmp_path):
     target = tiny_llama(seed=3, layers=4, hidden=64, num_attention_heads=2, num_key_value_heads=1, head_dim=64)
     tok = tiny_tokenizer()

@@ -228,6 +228,7 @@ def _build(design: DraftDesign, src, tokenizer, sequences, seed: int):
         draft, tok = load_model(folder, src.dtype, str(src.device))
         vocab_map = read_vocab_map(resolve(folder), draft.config.vocab_size)
         check_tokenizers(tokenizer, tok, vocab_map)
+        copy_circuit.resume_training(draft)
         return draft, vocab_map
     draft.generation_config = copy.deepcopy(src.generation_config)
     vocab_map = None

@@ -353,9 +353,13 @@ def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
     model, vocab_map = build_draft_from_files(design, folder, tok, seqs, cfg.seed, str(accelerator.device))
     model.float()  # fp32 weights to train (a bf16 target gives a bf16 cut); autocast runs bf16 on GPU
     layers = design.layer_indices(tc.num_hidden_layers)
+    circuit = getattr(model.config, "copy_circuit", None)  # built now, or in the pretrained draft's folder
     if cfg.lora_r:
         if not cfg.init.startswith("pretrained:"):
             raise UserError("--lora-r adapts an existing model: use it with --init pretrained:PATH")
+        if circuit:  # dense adapters would write into the circuit's structural zeros (copy_circuit.mask_gradients)
+            raise UserError(f"--lora-r: {cfg.init.split(':', 1)[1]} has a copy circuit, which LoRA adapters would "
+                            "overwrite; continue it with a full fine-tune (--lora-r 0)")
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear"))
@@ -363,7 +367,7 @@ def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
         apply_freeze(model, design.freeze)
         copy_circuit.mask_gradients(model)
     # evaluation and export resize the copy circuit's output to the grown residual, measured on these sequences
-    calib_seqs = circuit_sample(seqs, vocab_map, tc.vocab_size) if design.copy_circuit else None
+    calib_seqs = circuit_sample(seqs, vocab_map, tc.vocab_size) if circuit else None
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     ds_plugin = accelerator.state.deepspeed_plugin
