@@ -576,7 +576,9 @@ def test_collect_bench_checks_its_numbers_with_one_line(capsys):
     from distill.collect import bench
 
     for argv, message in ((["--n", "0"], "--n must be >= 1"), (["--engine", "x"], "--engine must be hf or vllm"),
-                          (["--topk", "-1"], "--topk must be >= 0"), (["--batch-size", "0"], "--batch-size must be >= 1")):
+                          (["--topk", "-1"], "--topk must be >= 0"), (["--batch-size", "0"], "--batch-size must be >= 1"),
+                          (["--samples", "0"], "--samples must be >= 1"),
+                          (["--samples", "2", "--engine", "vllm"], "--samples 2 times the HF collection")):
         with pytest.raises(SystemExit, match=re.escape(f"error: {message}")):
             bench.main(argv)
 

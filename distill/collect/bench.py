@@ -2,6 +2,7 @@
 
     python -m distill.collect.bench --target default --prompts heldout --n 64 --max-new-tokens 64 --topk 32
     python -m distill.collect.bench --engine vllm --n 64 --max-new-tokens 64 --topk 32   # collect: vLLM vs HF
+    python -m distill.collect.bench --n 32 --max-new-tokens 128 --samples 4                # + collect --samples 4
 
 Same prompts, same process, after a warm-up: (a) HF `generate` per prompt (greedy, no logprobs stored),
 (b) the full `distill.collect` run (batched, top-k logprobs computed and written to shards). Prints both
@@ -9,6 +10,8 @@ tokens/s, the ratio, and storage per token; the JSON result is the last stdout l
 With --engine vllm: (a) `distill.collect --engine hf` after a warm-up collection of 2 prompts, (b) `--engine vllm`
 (vLLM warms itself up when its engine starts); tokens/s over the generation time the shards record (engine and
 model loading excluded, their wall times reported), and whether the stored top-k agree (compare()).
+With --samples K (engine hf): (c) the same collection with K answers per prompt (the greedy one + K-1 sampled at
+--sample-temperature), its tokens/s and its ratio to (b): what the extra answers cost per token.
 """
 
 from __future__ import annotations
@@ -38,14 +41,20 @@ class CollectBenchConfig:
     batch_size: int = field(default=CollectConfig.batch_size, metadata={"help": "the collection's prompts per batch"})
     engine: str = field(default="hf", metadata={"help": "hf: collect vs HF generate one at a time | vllm: collect "
                                                         "--engine vllm vs --engine hf"})
+    samples: int = field(default=1, metadata={"help": "> 1 (engine hf): also time collect --samples K"})
+    sample_temperature: float = field(default=CollectConfig.sample_temperature,
+                                      metadata={"help": "temperature of the sampled answers (--samples K)"})
 
     def __post_init__(self):
         if self.engine not in ("hf", "vllm"):
             raise UserError(f"--engine must be hf or vllm, got {self.engine!r}")
         if self.n < 1:
             raise UserError(f"--n must be >= 1 (prompts timed), got {self.n}")
-        # the collection's own checks (max_new_tokens, topk, batch_size), with its lines, before any model loads
-        CollectConfig(max_new_tokens=self.max_new_tokens, topk=self.topk, batch_size=self.batch_size)
+        if self.samples > 1 and self.engine != "hf":
+            raise UserError(f"--samples {self.samples} times the HF collection; leave it out with --engine {self.engine}")
+        # the collection's own checks (max_new_tokens, topk, batch_size, samples), with its lines, before any model loads
+        CollectConfig(max_new_tokens=self.max_new_tokens, topk=self.topk, batch_size=self.batch_size,
+                      samples=self.samples, sample_temperature=self.sample_temperature)
 
 
 def bench_hf(a: CollectBenchConfig) -> dict:
@@ -64,24 +73,37 @@ def bench_hf(a: CollectBenchConfig) -> dict:
     t0 = time.perf_counter()
     hf_tokens = sum(one(ids) for ids in encoded)
     hf_s = time.perf_counter() - t0
-    with tempfile.TemporaryDirectory() as out:  # (b) the real collection job, into a scratch folder
-        cfg = CollectConfig(target=a.target, prompts=a.prompts, limit=a.n, output=out, max_new_tokens=a.max_new_tokens,
-                            topk=a.topk, batch_size=a.batch_size)
-        t0 = time.perf_counter()
-        info = run(cfg)
-        col_s = time.perf_counter() - t0
+    col = timed_collect(a, samples=1)  # (b) the real collection job, into a scratch folder
     result = {
         "target": a.target, "prompts": len(rows), "max_new_tokens": a.max_new_tokens, "k": a.topk,
         "batch_size": a.batch_size, "device": f"cpu ({torch.get_num_threads()} threads)",
         "hf_generate_one_at_a_time": {"tokens": hf_tokens, "seconds": round(hf_s, 2), "tokens_per_s": round(hf_tokens / hf_s, 2)},
-        "collect": {"tokens": info["tokens"], "seconds": round(col_s, 2), "tokens_per_s": round(info["tokens"] / col_s, 2),
-                    "bytes_per_token": info["bytes_per_token"]},
+        "collect": col,
     }
-    result["ratio"] = round(result["collect"]["tokens_per_s"] / result["hf_generate_one_at_a_time"]["tokens_per_s"], 2)
+    result["ratio"] = round(col["tokens_per_s"] / result["hf_generate_one_at_a_time"]["tokens_per_s"], 2)
     print(f"target.generate one at a time: {result['hf_generate_one_at_a_time']['tokens_per_s']} tokens/s; "
-          f"collect (batched, top-{a.topk} stored): {result['collect']['tokens_per_s']} tokens/s; "
-          f"ratio {result['ratio']}x; {info['bytes_per_token']} bytes/token")
+          f"collect (batched, top-{a.topk} stored): {col['tokens_per_s']} tokens/s; "
+          f"ratio {result['ratio']}x; {col['bytes_per_token']} bytes/token")
+    if a.samples > 1:  # (c)
+        many = result[f"collect_samples_{a.samples}"] = timed_collect(a, samples=a.samples)
+        result["samples_ratio"] = round(many["tokens_per_s"] / col["tokens_per_s"], 2)
+        print(f"collect --samples {a.samples} (T {a.sample_temperature}): {many['rows']} answers, {many['tokens']} "
+              f"tokens, {many['tokens_per_s']} tokens/s; {result['samples_ratio']}x the tokens/s of one answer each")
     return result
+
+
+def timed_collect(a: CollectBenchConfig, samples: int) -> dict:
+    """One collection of a's first --n prompts into a scratch folder, timed end to end (the target's load included,
+    as in the job)."""
+    with tempfile.TemporaryDirectory() as out:
+        cfg = CollectConfig(target=a.target, prompts=a.prompts, limit=a.n, output=out, max_new_tokens=a.max_new_tokens,
+                            topk=a.topk, batch_size=a.batch_size, samples=samples,
+                            sample_temperature=a.sample_temperature)
+        t0 = time.perf_counter()
+        info = run(cfg)
+        s = time.perf_counter() - t0
+    return {"rows": info["rows"], "tokens": info["tokens"], "seconds": round(s, 2),
+            "tokens_per_s": round(info["tokens"] / s, 2), "bytes_per_token": info["bytes_per_token"]}
 
 
 def main(argv=None) -> None:
