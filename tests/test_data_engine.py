@@ -116,3 +116,18 @@ def test_a_bad_onpolicy_section_is_refused_before_collection(tmp_path, section, 
         pipeline.main(["--config", str(REPO / "configs/pipeline/default.yaml"), "--output", str(out),
                        "--onpolicy", json.dumps(section)])
     assert not (out / "collect").exists()
+
+
+def test_a_round_continues_at_half_the_steps_and_lr_unless_the_section_says(tmp_path):
+    from pathlib import Path
+
+    from distill import collect, onpolicy
+    from distill.pipeline import stage_config
+
+    c = collect.CollectConfig(output=str(tmp_path / "collect"))
+    t = TrainConfig(data=c.output, output=str(tmp_path / "train"), lr=3e-3, max_steps=550, warmup_steps=20)
+    r1, r2 = onpolicy.plan({"rounds": 2, "train": {"lr": 1e-3}}, Path(tmp_path), c, t, stage_config)
+    assert (r1.train.max_steps, r1.train.lr, r1.train.warmup_steps) == (275, 1e-3, 10)  # the section's lr wins
+    assert r2.train.data == [c.output, r1.collect.output, r2.collect.output]
+    (d,) = onpolicy.plan({"rounds": 1}, Path(tmp_path), c, t, stage_config)
+    assert (d.train.max_steps, d.train.lr) == (275, 1.5e-3)
