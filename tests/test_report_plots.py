@@ -71,6 +71,14 @@ def test_design_map_uses_the_tables_alpha_distinct_colours_and_numbered_labels(p
     assert alphas[10] == pytest.approx(plots.table_alpha(a_iid, 2)) and alphas[10] < a_iid
 
 
+def test_design_map_draws_a_curve_that_never_enters_the_plot(pipeline_like, tmp_path, monkeypatch):
+    """Timings from a busy machine can put a whole iso-speedup curve above α 0.97: it is drawn without a label."""
+    g, curves = plots.iso_curves(pipeline_like["entries"], c_max=0.2)
+    s, cs, _, col = curves[0]
+    monkeypatch.setattr(plots, "iso_curves", lambda *a: (g, [*curves, (9.9, cs, [0.99] * len(cs), col)]))
+    assert plots.design_map(pipeline_like, tmp_path / "map.png").read_bytes().startswith(PNG_MAGIC)
+
+
 def test_label_heights_never_overprint():
     ys = plots.spread([0.217, 0.223, 0.276, 0.273, 0.022], gap=0.035)
     order = sorted(ys)
