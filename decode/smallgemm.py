@@ -9,14 +9,17 @@
 On a CPU, MKL's GEMM at M = 2..16 repacks the whole weight on every call, so a verification forward cost
 1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.costmodel); this kernel reads each
 weight once per call. It is compiled on first use with torch's C++ extension loader (g++ with AVX-512 needed,
-~1 min once, cached in TORCH_EXTENSIONS_DIR) and is used only for float32 weights on an AVX-512 CPU.
+~1 min once, cached under TORCH_EXTENSIONS_DIR: build_directory()) and is used only for float32 weights on an AVX-512 CPU.
 SPECDISTILL_SMALLGEMM=0 turns it off (to compare, or where no compiler is installed).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -37,6 +40,37 @@ def _cpu_has_avx512() -> bool:
     return " avx512f" in flags
 
 
+NAME = "specdistill_smallgemm_avx512"
+
+
+def build_directory() -> Path:
+    """Where the kernel is compiled and cached: TORCH_EXTENSIONS_DIR (or torch's default root), one folder per
+    Python and torch version (an extension built against another torch must not be loaded)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return Path(root) / f"{NAME}-{py}-torch{torch.__version__.replace('+', '_')}"
+
+
+@contextlib.contextmanager
+def build_lock(folder: Path):
+    """One builder at a time, and no wait on a dead one. torch's loader guards a build with a `lock` file that a
+    killed build leaves behind, after which every later load waits on it forever. Here every builder first holds
+    an flock, which the kernel drops when its holder dies, so a `lock` file found while holding it is stale."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "specdistill.flock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        stale = folder / "lock"
+        if stale.exists():
+            warnings.warn(f"specdistill: removing {stale}, left by a kernel build that was killed", stacklevel=3)
+            stale.unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @functools.cache
 def kernel():
     """The compiled extension, or None (off by SPECDISTILL_SMALLGEMM=0, no AVX-512, or the build failed: warned)."""
@@ -45,12 +79,15 @@ def kernel():
     try:
         from torch.utils.cpp_extension import load
 
-        return load(
-            "specdistill_smallgemm_avx512",
-            [str(SOURCE)],
-            extra_cflags=["-O3", "-mavx512f", "-mfma", "-fopenmp"],
-            extra_ldflags=["-fopenmp"],
-        )
+        folder = build_directory()
+        with build_lock(folder):
+            return load(
+                NAME,
+                [str(SOURCE)],
+                extra_cflags=["-O3", "-mavx512f", "-mfma", "-fopenmp"],
+                extra_ldflags=["-fopenmp"],
+                build_directory=str(folder),
+            )
     except Exception as e:  # no compiler, no ninja, ...: decoding still works, with torch's matmul
         warnings.warn(
             f"specdistill: the small-M GEMM kernel did not build ({type(e).__name__}: {str(e)[:200]}); "

@@ -20,7 +20,9 @@ from decode.errors import UserError
 from decode.prompts import read_prompts
 from decode.targets import load_target, load_tokenizer
 from distill.collect import CollectConfig, main, run, self_prompts
-from distill.collect.self_prompts import FILE, LOG, STATS, Classifier, Judge, MinHashIndex, SelfOptions
+from distill.collect.categories import Classifier, quotas
+from distill.collect.near_duplicates import MinHashIndex
+from distill.collect.self_prompts import FILE, LOG, STATS, Judge, SelfOptions
 from distill.collect.shards import load_collected
 from distill.prompts import load_prompts
 
@@ -190,9 +192,9 @@ def test_quotas_follow_the_seed_shares_and_sum_to_n():
     counts = {"chat": 77, "code": 77, "math": 77, "qa": 76, "translation": 79, "writing": 76, "summarization": 75,
               "context_qa": 75}
     for n in (1, 7, 200, 2000):
-        q = self_prompts.quotas(n, counts)
+        q = quotas(n, counts)
         assert sum(q.values()) == n and all(abs(q[c] - n * k / 612) < 1 for c, k in counts.items())
-    assert self_prompts.quotas(8, {"a": 3, "b": 1}) == {"a": 6, "b": 2}
+    assert quotas(8, {"a": 3, "b": 1}) == {"a": 6, "b": 2}
 
 
 # --- writing: rejections, quotas, overflow, resume, settings -----------------------------------------------------

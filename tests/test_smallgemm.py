@@ -131,3 +131,27 @@ def test_one_token_forwards_on_either_matmul_match_hf(tiny_llama):
         fast.set_paths("mkl")
     with pytest.raises(ValueError, match="float32"):
         FastLlama(model, "int8").set_paths("torch")
+
+
+def test_build_lock_removes_a_killed_builds_lock_file(tmp_path):
+    (tmp_path / "lock").write_text("")  # what torch's loader leaves when its build is killed
+    with pytest.warns(UserWarning, match="left by a kernel build that was killed"), smallgemm.build_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+
+
+def test_a_killed_build_does_not_hang_the_next_load(tmp_path):
+    """torch's own loader waits forever on a `lock` file a killed build left; the next load must not."""
+    import shutil
+    import subprocess
+    import sys
+
+    built = smallgemm.build_directory()
+    copy = tmp_path / built.name
+    shutil.copytree(built, copy, ignore=shutil.ignore_patterns("specdistill.flock"))
+    (copy / "lock").write_text("")
+    code = "from decode import smallgemm; assert smallgemm.kernel() is not None"
+    env = {**__import__("os").environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "left by a kernel build that was killed" in r.stderr
+    assert not (copy / "lock").exists()

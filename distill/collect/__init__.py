@@ -4,6 +4,8 @@
     generation.py   batched generation and teacher-forced scoring that keep the target's top-k logprobs
     shards.py       the collected dataset on disk (atomic shards, exactly-once resume, collect.json)
     self_prompts.py --prompts self:N: the target writes its own prompts (Magpie), deduplicated and category-balanced
+    near_duplicates.py  MinHash + LSH near-duplicate lookup (self-written prompts against accepted and held-out ones)
+    categories.py   a prompt's category by k-NN over the target's hidden states, and per-category quotas
     vllm_engine.py  vLLM plumbing shared with evaluation: installed?, an LLM with our settings, top-k rows, counters
     bench.py        `python -m distill.collect.bench`: collection throughput against HF generate (or vLLM against HF)
 """

@@ -31,7 +31,6 @@ import gc
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -44,7 +43,9 @@ from decode.errors import UserError
 from decode.sampling import SamplingParams
 from decode.targets import eos_ids, load_target
 from distill.collect import shards
+from distill.collect.categories import Classifier, embed, quotas, user_text
 from distill.collect.generation import generate_batch
+from distill.collect.near_duplicates import MinHashIndex
 from distill.prompts import load_prompts
 
 PREFIX = "self:"
@@ -131,119 +132,7 @@ def check(spec: str, tok) -> None:
     pre_query_ids(tok)
 
 
-# --- near-duplicates ----------------------------------------------------------------------------------------------
-
-
-def shingles(text: str) -> np.ndarray:
-    """Sorted unique 64-bit hashes of the word 3-grams (lower-cased); a text of fewer words is one shingle."""
-    words = re.findall(r"\w+", text.lower())
-    grams = {" ".join(words[i:i + 3]) for i in range(max(len(words) - 2, 1))}
-    return np.unique(np.array([int.from_bytes(hashlib.blake2b(g.encode(), digest_size=8).digest(), "little")
-                               for g in grams], dtype=np.uint64))
-
-
-class MinHashIndex:
-    """Near-duplicate lookup that stays fast at 100k texts: a 128-value MinHash signature per text, cut into 32 bands
-    of 4 values; a text sharing any whole band with a stored one is a candidate (at Jaccard 0.7 that happens with
-    probability 1-(1-0.7^4)^32 > 0.999, at 0.3 with 0.23), and a candidate is a duplicate when the exact Jaccard of
-    the two shingle sets reaches `threshold`."""
-
-    PRIME = (1 << 31) - 1  # (a * x + b) mod p with a, x < 2^31 stays inside uint64
-    PERM, BANDS = 128, 32
-
-    def __init__(self, threshold: float):
-        rng = np.random.default_rng(20240611)  # fixed: signatures mean the same in every run
-        self.a = rng.integers(1, self.PRIME, self.PERM, dtype=np.uint64)
-        self.b = rng.integers(0, self.PRIME, self.PERM, dtype=np.uint64)
-        self.threshold = threshold
-        self.sets: list[np.ndarray] = []
-        self.buckets: list[dict[bytes, list[int]]] = [{} for _ in range(self.BANDS)]
-
-    def _bands(self, s: np.ndarray) -> list[bytes]:
-        x = (s & np.uint64(self.PRIME))[:, None]  # (S, 1) shingle hashes reduced below p
-        sig = ((x * self.a + self.b) % np.uint64(self.PRIME)).min(0)  # (PERM,) the minimum of each permutation
-        return [band.tobytes() for band in sig.reshape(self.BANDS, -1)]
-
-    def near(self, text: str) -> bool:
-        s = shingles(text)
-        cands = {i for band, key in zip(self.buckets, self._bands(s)) for i in band.get(key, ())}
-        return any(_jaccard(s, self.sets[i]) >= self.threshold for i in cands)
-
-    def add(self, text: str) -> None:
-        s = shingles(text)
-        for band, key in zip(self.buckets, self._bands(s)):
-            band.setdefault(key, []).append(len(self.sets))
-        self.sets.append(s)
-
-
-def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    inter = len(np.intersect1d(a, b, assume_unique=True))
-    return inter / (len(a) + len(b) - inter)
-
-
 # --- categories ---------------------------------------------------------------------------------------------------
-
-
-def user_text(row: dict) -> str:
-    """What a prompt row asks: its raw prompt, or its user turns (system turns and earlier answers left out)."""
-    return row["prompt"] if "prompt" in row else "\n".join(m["content"] for m in row["messages"] if m["role"] == "user")
-
-
-@torch.inference_mode()
-def embed(model, tok, texts: list[str], max_tokens: int = 128, batch: int = 16) -> np.ndarray:
-    """(n, H) float32: the target's last hidden state, mean-pooled over each text's first max_tokens tokens."""
-    ids = [tok(t, add_special_tokens=False)["input_ids"][:max_tokens] or [0] for t in texts]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch: little padding
-    out = np.zeros((len(ids), model.config.hidden_size), dtype=np.float32)
-    dev = model.device
-    for start in range(0, len(order), batch):
-        rows = order[start:start + batch]
-        L = max(len(ids[i]) for i in rows)
-        x = torch.zeros((len(rows), L), dtype=torch.long, device=dev)  # (B, L) right-padded
-        mask = torch.zeros((len(rows), L), dtype=torch.long, device=dev)
-        for j, i in enumerate(rows):
-            x[j, :len(ids[i])], mask[j, :len(ids[i])] = torch.tensor(ids[i], device=dev), 1
-        h = model.base_model(input_ids=x, attention_mask=mask).last_hidden_state.float()  # (B, L, H)
-        m = mask.to(h.device)[..., None].float()  # (B, L, 1)
-        out[rows] = ((h * m).sum(1) / m.sum(1)).cpu().numpy()  # (B, H)
-    return out
-
-
-class Classifier:
-    """k-nearest seed prompts by cosine, after centring on the seed mean (a language model's hidden states share
-    one large common direction that would make every cosine near 1); the similarity-weighted majority wins."""
-
-    def __init__(self, seeds: np.ndarray, labels: list[str], k: int):
-        self.mean = seeds.mean(0)  # (H,)
-        self.seeds = _unit(seeds - self.mean)  # (S, H)
-        self.labels, self.k = np.array(labels), min(k, len(labels))
-
-    def predict(self, emb: np.ndarray) -> tuple[list[str], np.ndarray]:
-        """(n, H) -> the n categories and their confidence: the winner's share of the neighbours' similarity."""
-        sim = _unit(emb - self.mean) @ self.seeds.T  # (n, S)
-        top = np.argsort(-sim, axis=1)[:, :self.k]  # (n, k)
-        cats, conf = [], np.zeros(len(emb))
-        for i, row in enumerate(top):
-            w = np.clip(sim[i, row], 1e-6, None)  # (k,) a neighbour's vote: its similarity
-            votes = {c: w[self.labels[row] == c].sum() for c in set(self.labels[row])}
-            best = max(sorted(votes), key=votes.get)
-            cats.append(str(best))
-            conf[i] = votes[best] / w.sum()
-        return cats, conf
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-def quotas(n: int, counts: dict[str, int]) -> dict[str, int]:
-    """n x each category's share, rounded so the quotas sum to n (largest remainders get the leftover ones)."""
-    total = sum(counts.values())
-    exact = {c: n * k / total for c, k in counts.items()}
-    q = {c: int(v) for c, v in exact.items()}
-    for c in sorted(exact, key=lambda c: (q[c] - exact[c], c))[: n - sum(q.values())]:
-        q[c] += 1
-    return q
 
 
 def build_classifier(opts: SelfOptions, model, tok, out: Path):
