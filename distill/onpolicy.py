@@ -61,7 +61,7 @@ def continued(t) -> dict:
     """The continued training's defaults, from the first run's recipe `t`: half its steps at half its peak lr after
     a short warm-up (a fresh optimizer on a trained draft). Measured on the default target
     (configs/sweep/onpolicy.yaml): 275 steps at 1.5e-3 after the 550-step draft left its held-out proxy where it
-    was on its own data (0.403 -> 0.405), so what a round's data adds shows."""
+    was on its own data (0.398 -> 0.399 in the run of docs/results.md), so what a round's data adds shows."""
     return {"max_steps": max(1, t.max_steps // 2), "lr": t.lr / 2, "warmup_steps": min(t.warmup_steps, 10)}
 
 
