@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -167,6 +168,20 @@ def test_candidate_counts_and_float16_draft(tiny_pair, tmp_path):
         evaluate.EvalConfig(drafts=["x"], draft_weights="half")
     with pytest.raises(UserError, match="greedy"):
         evaluate.EvalConfig(drafts=["x"], candidates=3, temperature=0.7)
+
+
+def test_drafts_in_folders_of_one_name_are_labelled_apart(tiny_pair, tmp_path):
+    """Two pipelines' `draft` folders read `a/draft` and `b/draft` in the report (not `draft` twice), and the
+    per-category table names the one it is for."""
+    for run in ("a", "b"):
+        shutil.copytree(tiny_pair["good"], tmp_path / run / "draft")
+    res = evaluate.run(_cfg(tiny_pair, tmp_path / "eval", drafts=[str(tmp_path / r / "draft") for r in "ab"],
+                            gamma=1))
+    assert sorted(e["label"] for e in res["entries"]) == ["a/draft", "b/draft"]
+    assert f"## Per category: {res['best']['label']} at" in (tmp_path / "eval" / "report.md").read_text()
+    assert evaluate.job.draft_names(["x/run/hf", "y/run/hf", "z/one"]) == {"x/run/hf": "x/run", "y/run/hf": "y/run",
+                                                                          "z/one": "z/one"}
+    assert evaluate.job.draft_names(["runs/only/hf", "layers:0,1"]) == {"runs/only/hf": "only"}
 
 
 def test_gamma_and_missing_drafts_are_rejected():
