@@ -25,7 +25,7 @@ from decode.errors import UserError
 from distill import collect, evaluate, train
 from distill.collect.shards import collect_info
 from distill.evaluate import scaling
-from distill.evaluate.report import kind
+from distill.evaluate.kinds import kind
 from distill.pipeline import check_data, data_stages, fit_to_target, section_values, stage_config
 
 

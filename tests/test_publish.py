@@ -33,7 +33,7 @@ from transformers import (
 from decode.draft_folder import VOCAB_MAP_FILE
 from decode.layer_cut import draft_from_layers
 from distill import publish
-from distill.publish import compat, modelcard
+from distill.publish import compat, modelcard, near_tie
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_standinSECRETtoken0123456789"
@@ -700,10 +700,10 @@ def test_a_low_precision_divergence_passes_only_at_a_near_tie(world, monkeypatch
         order = z.argsort(descending=True).tolist()
         top, second, worst = order[0], order[1], order[-1]
         # the tolerance just above the top two's gap: they tie, the top and the worst do not
-        monkeypatch.setattr(compat, "LOW_PRECISION_TIE", 1.01 * (z[top] - z[second]).item() / z.abs().max().item())
-        assert compat.near_tie(target, ids, [top], [second], 0) == (dtype == torch.bfloat16)
-        assert not compat.near_tie(target, ids, [top], [worst], 0)
-        assert not compat.near_tie(target, ids, [top], [], 0)  # one output ended (EOS): not a tie
+        monkeypatch.setattr(near_tie, "LOW_PRECISION_TIE", 1.01 * (z[top] - z[second]).item() / z.abs().max().item())
+        assert near_tie.near_tie(target, ids, [top], [second], 0) == (dtype == torch.bfloat16)
+        assert not near_tie.near_tie(target, ids, [top], [worst], 0)
+        assert not near_tie.near_tie(target, ids, [top], [], 0)  # one output ended (EOS): not a tie
 
 
 # --- what leaves the machine: no local paths; what the user reads: warnings, not silent packaging

@@ -42,6 +42,7 @@ from decode.targets import eos_ids, load_draft, load_target
 from decode.targets import resolve as resolve_model
 from distill.collect import vllm_engine
 from distill.evaluate import timing, vllm_anchors
+from distill.evaluate.kinds import design_kind
 from distill.prompts import load_prompts, resolve
 from distill.train import checkpoints
 
@@ -295,13 +296,6 @@ def _skip(errors: list[dict], spec: str, reason: str) -> None:
     reason = " ".join(reason.split())
     errors.append({"draft": spec, "error": reason})
     print(f"skipped {spec}: {reason}", file=sys.stderr, flush=True)
-
-
-def design_kind(design: dict | None, loaded: str | None = None) -> str:
-    """A draft's design kind: specdistill.json `design.kind` (feature_head), else what the loaded draft is
-    (decode.bench.draft_kind), else standalone (standalone drafts' designs carry no kind)."""
-    kind = design.get("kind") if isinstance(design, dict) else None
-    return str(kind or loaded or "standalone")
 
 
 def _head_folder(spec: str) -> bool:

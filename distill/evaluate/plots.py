@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from decode import costmodel  # noqa: E402
-from distill.evaluate.report import kind  # noqa: E402
+from distill.evaluate.kinds import kind  # noqa: E402
 
 GAMMAS = range(1, 9)  # the γ the speedup curve covers: v is measured at 1..6 and 8 (decode.bench), 7 interpolated
 ISO_SPEEDUPS = (0.8, 1.0, 1.2, 1.5, 2.0)

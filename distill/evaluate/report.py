@@ -12,6 +12,7 @@ from pathlib import Path
 from decode import cli
 from decode.errors import UserError
 from distill.evaluate import timing
+from distill.evaluate.kinds import kind
 
 # the plots distill.evaluate writes, in report order: by training step, by γ, the design map
 PLOT_FILES = ("acceptance_by_step.png", "speedup_by_gamma.png", "design_map.png")
@@ -31,11 +32,6 @@ def best(entries: list[dict]) -> dict | None:
             "prediction_error": _error(e["cost_model"]["predicted_speedup"], e["speedup"]),
             **_in_run_error(e),
             "speedup_vs_hf_assisted": e["speedup_vs_hf_assisted"]}
-
-
-def kind(e: dict) -> str:
-    """An entry's design kind (distill.evaluate sets it): feature_head or standalone (older reports: standalone)."""
-    return e.get("kind") or "standalone"
 
 
 KIND_NAMES = {"feature_head": "feature head", "standalone": "standalone"}

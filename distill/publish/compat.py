@@ -43,6 +43,7 @@ from decode.options import DecodeOptions
 from decode.prompts import encode_prompt
 from decode.targets import check_tokenizers, eos_ids, load_draft
 from distill.publish import servable, vllm_check
+from distill.publish.near_tie import near_tie
 
 # Decoder-only architectures vLLM serves (a subset of vllm/model_executor/models/registry.py): the families a
 # draft cut from or distilled for a common target will have. A draft is loaded by vLLM through this name.
@@ -87,9 +88,6 @@ LOSSLESS_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number.",
 )
 LOSSLESS_NEW_TOKENS = 24
-# A bf16/fp16 target's logits move with the number of tokens in a forward (a verification vs one token), so two
-# tokens whose logits differ by less than this share of the largest logit may swap places: a near-tie, not a loss
-LOW_PRECISION_TIE = 0.02
 
 
 @dataclass
@@ -241,16 +239,6 @@ def check_lossless(
         True,
         f"{how}, γ={gamma}, greedy: identical to the target on {len(LOSSLESS_PROMPTS)} prompts × {max_new_tokens} tokens",
     )
-
-
-def near_tie(target, ids: list[int], ref: list[int], out: list[int], i: int) -> bool:
-    """Whether, in a low-precision target, new token i differs between ref and out only by a near-tie: the two
-    tokens' logits after prompt + ref[:i] within LOW_PRECISION_TIE of the largest logit. Never in float32."""
-    if target.dtype == torch.float32 or i >= min(len(ref), len(out)):
-        return False
-    x = torch.tensor([ids + ref[:i]], device=target.device)
-    z = target(input_ids=x, logits_to_keep=1).logits[0, -1].float()  # (V,)
-    return (z[ref[i]] - z[out[i]]).abs().item() <= LOW_PRECISION_TIE * z.abs().max().item()
 
 
 # --- random init

@@ -35,6 +35,7 @@ from decode.prompts import encode_prompt, read_prompts
 from decode.speculative import generate
 from decode.targets import eos_ids, load_draft
 from distill.publish import servable
+from distill.publish.near_tie import near_tie
 
 RUNNER = Path(__file__).with_name("vllm_run.py")
 PROMPTS_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout.jsonl"
@@ -114,16 +115,16 @@ def first_divergence(ref: list[list[int]], out: list[list[int]]) -> tuple[int, i
     return None
 
 
-def compare(result: dict, ours: dict, gamma: int, near_tie=None) -> tuple[bool, str, dict]:
+def compare(result: dict, ours: dict, gamma: int, excused=None) -> tuple[bool, str, dict]:
     """(ok, detail, numbers) from vLLM's RESULT and our_run's totals on the same prompts.
 
-    near_tie(p, ref, out, i) -> bool, when given, excuses a divergence at a low-precision near-tie.
+    excused(p, ref, out, i) -> bool, when given, excuses a divergence at a low-precision near-tie.
     """
     alone, spec = result["target_alone"], result["speculative"]
     n = len(alone["outputs"])
     problems = []
     div = first_divergence(alone["outputs"], spec["outputs"])
-    if div is not None and not (near_tie and near_tie(div[0], alone["outputs"][div[0]], spec["outputs"][div[0]], div[1])):
+    if div is not None and not (excused and excused(div[0], alone["outputs"][div[0]], spec["outputs"][div[0]], div[1])):
         p, i = div
         problems.append(f"vLLM with the draft differs from vLLM's target alone at new token {i} of prompt {p}: "
                         f"{spec['outputs'][p][i:i + 5]} vs {alone['outputs'][p][i:i + 5]}")
@@ -190,12 +191,7 @@ def prove(folder: Path, target_path: str, target, tokenizer, gamma: int, python:
     draft = load_draft(str(folder), target, tokenizer, device=str(target.device))
     ours = our_run(target, tokenizer, draft.model, draft.vocab_map, prompts, VLLM_NEW_TOKENS, gamma)
 
-    def near_tie(p, ref, out, i):
-        from distill.publish.compat import near_tie as tie
-
-        return tie(target, prompts[p], ref, out, i)
-
-    ok, detail, numbers = compare(result, ours, gamma, near_tie)
+    ok, detail, numbers = compare(result, ours, gamma, lambda p, ref, out, i: near_tie(target, prompts[p], ref, out, i))
     return ("ok" if ok else "fail"), detail, {**numbers, "method": how}
 
 
