@@ -179,9 +179,11 @@ def test_drafts_in_folders_of_one_name_are_labelled_apart(tiny_pair, tmp_path):
                             gamma=1))
     assert sorted(e["label"] for e in res["entries"]) == ["a/draft", "b/draft"]
     assert f"## Per category: {res['best']['label']} at" in (tmp_path / "eval" / "report.md").read_text()
-    assert evaluate.job.draft_names(["x/run/hf", "y/run/hf", "z/one"]) == {"x/run/hf": "x/run", "y/run/hf": "y/run",
-                                                                          "z/one": "z/one"}
-    assert evaluate.job.draft_names(["runs/only/hf", "layers:0,1"]) == {"runs/only/hf": "only"}
+    names = evaluate.job.draft_names
+    assert names([("x/run/hf", None), ("y/run/hf", None), ("z/one", None)]) == {"x/run/hf": "x/run",
+                                                                               "y/run/hf": "y/run", "z/one": "z/one"}
+    assert names([("runs/only/hf", None), ("layers:0,1", None), ("run/checkpoint-000002/hf", 2)]) == {
+        "runs/only/hf": "only"}
 
 
 def test_gamma_and_missing_drafts_are_rejected():

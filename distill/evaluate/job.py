@@ -112,26 +112,25 @@ def drafts_of_run(run: Path) -> list[tuple[str, int]]:
     return found
 
 
-def draft_names(specs: list[str]) -> dict[str, str]:
-    """{draft folder: the fewest trailing path parts (less a final `hf`) that tell it from the others}, so
-    `runs/a/draft` and `runs/b/draft` read `a/draft` and `b/draft`, not `draft` twice."""
-    parts = {s: [x for x in Path(s).parts if x not in ("/", ".")] for s in specs if not s.startswith("layers:")}
+def draft_names(todo: list[tuple[str, int | None]]) -> dict[str, str]:
+    """{draft folder asked for: the fewest trailing path parts (less a final `hf`) that tell it from the others},
+    so `runs/a/draft` and `runs/b/draft` read `a/draft` and `b/draft`, not `draft` twice. A run's checkpoints
+    (with a step) and untrained cuts are named otherwise (_label)."""
+    parts = {s: [x for x in Path(s).parts if x not in ("/", ".")] for s, step in todo
+             if step is None and not s.startswith("layers:")}
     parts = {s: (p[:-1] if len(p) > 1 and p[-1] == "hf" else p) for s, p in parts.items()}
     for n in range(1, max((len(p) for p in parts.values()), default=1) + 1):
         names = {s: "/".join(p[-n:]) for s, p in parts.items()}
-        if len(set(names.values())) == len(set(parts)):
+        if len(set(names.values())) == len(parts):
             return names
-    return {s: str(s) for s in parts}
+    return {s: s for s in parts}  # two spellings of one folder (absolute and relative): whole paths
 
 
-def _label(spec: str, step: int | None, lookup: int = 0, candidates: int = 1,
-           names: dict[str, str] | None = None) -> str:
+def _label(spec: str, step: int | None, names: dict[str, str], lookup: int = 0, candidates: int = 1) -> str:
     if spec.startswith("layers:"):
         name = f"untrained {spec}"
     else:
-        p = Path(spec)
-        name = f"step {step}" if step is not None else (names or {}).get(spec) or (
-            p.parent.name if p.name == "hf" else p.name)
+        name = f"step {step}" if step is not None else names[spec]
     name += f" top-{candidates}" if candidates > 1 else ""
     return f"{name} + lookup {lookup}" if lookup else name
 
@@ -187,10 +186,10 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
             f"{x['draft']}: {x['error']}" for x in errors))
     entries = []
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    names = draft_names([spec for spec, step in todo if step is None])
+    names = draft_names(todo)
     for e, (spec, step, n, k) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
         meta = read_meta(spec)
-        e.update(label=_label(spec, step, n, k, names), step=step if step is not None else meta.get("step"),
+        e.update(label=_label(spec, step, names, n, k), step=step if step is not None else meta.get("step"),
                  design=meta.get("design"), kind=design_kind(meta.get("design"), e.get("draft_kind")),
                  trained=not spec.startswith("layers:"))
         entries.append(e)
@@ -381,8 +380,8 @@ def vllm_drafts(cfg: EvalConfig, todo: list[tuple[str, int | None]], errors: lis
     """(draft, label) for vLLM's anchor: the drafts asked for and the newest checkpoint, as in our main grid (each
     costs vLLM an engine start), less those that did not load."""
     failed = {e["draft"] for e in errors}
-    names = draft_names([spec for spec, step in todo if step is None])
-    return [(spec, _label(spec, step, names=names)) for spec, step in todo if spec not in failed and _main(spec, step, todo)]
+    names = draft_names(todo)
+    return [(spec, _label(spec, step, names)) for spec, step in todo if spec not in failed and _main(spec, step, todo)]
 
 
 def old_flags(argv: list[str]) -> list[str]:
