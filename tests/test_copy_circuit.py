@@ -207,3 +207,47 @@ def test_calibrated_restores_the_boost_after_the_residual_grows(draft):
     assert set(wide.config.to_dict()["copy_circuit"]) == {"private", "r_final"}
     with copy_circuit.calibrated(draft, seqs) as none:  # a draft without the circuit: nothing to do
         assert none is None
+
+
+# --- bf16 targets and Llama-3.x RoPE (issue 41) -------------------------------------------------------------------
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # rescales most of the fast pairs too
+
+
+def test_circuit_builds_into_a_bf16_draft_with_grouped_query_attention(tiny_llama):
+    """A bf16 target gives a bf16 cut: the circuit is built in float32 and handed back in bf16 (it wrote float32
+    identities into bf16 weights and crashed: "Index put requires the source and destination dtypes match")."""
+    draft = tiny_llama(seed=3, layers=2, hidden=64, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=64).to(torch.bfloat16)
+    wide = copy_circuit.add_copy_circuit(draft, _seqs(), sink_id=1)
+    assert wide.dtype == torch.bfloat16
+    assert wide.config.num_attention_heads == 6 and wide.config.num_key_value_heads == 3  # one more KV group of 2
+    assert wide.config.hidden_size % copy_circuit.ALIGN == 0 and wide.config.hidden_size % 6 == 0
+    assert _span_copy(draft) < 0.15 < 0.8 < _span_copy(wide)
+
+
+def test_circuit_reads_llama3_rope_frequencies_from_the_model(tiny_llama):
+    """Llama-3.x RoPE: the circuit reads the frequencies the model applies (its rotary inv_freq), so its
+    previous-token and induction heads work where the default formula's frequencies would be wrong."""
+    draft = tiny_llama(seed=3, layers=2, hidden=64, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                       rope_parameters=dict(LLAMA3_ROPE))
+    copy_circuit.check_architecture(draft.config)  # refused before: "copy_circuit assumes default RoPE"
+    default = 1.0 / 10000.0 ** (torch.arange(0, 64, 2, dtype=torch.float64) / 64)
+    assert not torch.allclose(copy_circuit.rope_frequencies(draft)[:copy_circuit.PREV_PAIRS],
+                              default[:copy_circuit.PREV_PAIRS])  # the fast pairs this test's rope rescales
+    wide = copy_circuit.add_copy_circuit(draft, _seqs(), sink_id=1)
+    wide.config._attn_implementation = "eager"
+    ids = torch.tensor([_seqs(1, length=60, seed=5)[0]])
+    with torch.no_grad():
+        att = wide(input_ids=ids, output_attentions=True).attentions[0][0]  # (heads, T, T)
+    t = torch.arange(ids.shape[1])
+    assert torch.equal(att[2].argmax(-1)[1:], t[:-1])  # the previous-token head looks one back
+    assert _span_copy(draft) < 0.15 < 0.8 < _span_copy(wide)
+
+
+def test_rope_with_scaled_cos_sin_is_refused(tiny_llama):
+    c = tiny_llama(seed=3, layers=2, hidden=64, num_attention_heads=2, num_key_value_heads=1, head_dim=64).config
+    c.rope_parameters = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
+    with pytest.raises(UserError, match="fixed RoPE frequencies.*'dynamic'"):
+        copy_circuit.check_architecture(c)

@@ -59,15 +59,23 @@ SCALE_SEQUENCES = 32  # sequences the residual scale is measured on
 NGRAM = 2           # match this token and the one before (1: this token only)
 
 
+# RoPE types whose frequencies are fixed and whose cos/sin are unscaled (attention_scaling 1): the circuit reads the
+# model's own frequencies. llama3 (Llama-3.x) keeps the fast pairs the previous-token head uses and slows the slow
+# pairs the match uses further, so both heads keep their margins
+ROPE_TYPES = ("default", "llama3")
+ALIGN = 8  # the widened hidden size is a multiple of this (and of the head count): bf16 GEMMs stay aligned
+
+
 def check_architecture(c) -> None:
-    """The circuit is written for Llama-architecture models with default RoPE; c: the draft's config, or the
-    target's, whose architecture a draft cut or pruned from it keeps (so a pipeline can refuse before collecting)."""
+    """The circuit is written for Llama-architecture models with fixed RoPE frequencies (ROPE_TYPES); c: the
+    draft's config, or the target's, whose architecture a draft cut or pruned from it keeps (so a pipeline can
+    refuse before collecting)."""
     if c.model_type != "llama":
         raise UserError(f"copy_circuit builds into Llama-architecture drafts; this draft is {c.model_type!r}: "
                         "train without it (copy_circuit: false)")
-    if _rope(c)[0] != "default":
-        raise UserError(f"copy_circuit assumes default RoPE; this draft uses {_rope(c)[0]!r}: "
-                        "train without it (copy_circuit: false)")
+    if _rope_type(c) not in ROPE_TYPES:
+        raise UserError(f"copy_circuit reads fixed RoPE frequencies ({', '.join(ROPE_TYPES)}); this draft uses "
+                        f"{_rope_type(c)!r}: train without it (copy_circuit: false)")
     d, group = _head_dim(c), c.num_attention_heads // c.num_key_value_heads
     if not (PREV_PAIRS <= d // 2 and MATCH_PAIRS + 1 <= d // 2 and CODE_DIMS <= d and NGRAM <= group):
         raise UserError(f"copy_circuit: head_dim {d} / group size {group} too small for the circuit (it needs "
@@ -81,10 +89,10 @@ def _check(model) -> None:
         raise UserError("copy_circuit needs a draft of 2 or more layers (a previous-token head feeds the induction head)")
 
 
-def _rope(c) -> tuple[str, float]:
-    """(rope type, theta) from a config of either transformers layout (rope_parameters, or rope_theta)."""
-    rope = getattr(c, "rope_parameters", None) or {}
-    return rope.get("rope_type", "default"), rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
+def _rope_type(c) -> str:
+    """The RoPE type of a config of either transformers layout (rope_parameters, or rope_scaling)."""
+    rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    return rope.get("rope_type", rope.get("type", "default"))
 
 
 @torch.no_grad()
@@ -104,21 +112,23 @@ def residual_rms(model, sequences: list[list[int]], layer: int) -> float:
     return torch.cat(got).median().item()
 
 
-def _widen(model, hp: int, nq: int, nk: int):
+def _widen(model, hp: int, nq: int, nk: int, dtype: torch.dtype | None = None):
     """A copy of `model` with hidden size hp, nq query / nk KV heads and attention biases, computing the same
-    function: new rows/columns are zero and norm weights are rescaled for the wider rms."""
+    function: new rows/columns are zero and norm weights are rescaled for the wider rms. dtype: the copy's
+    (None: the model's)."""
     c = model.config
     h, d, nh, nkv = c.hidden_size, _head_dim(c), c.num_attention_heads, c.num_key_value_heads
     # the norms' eps scales with the mean square (x h/hp), so zero private dims leave every norm exactly as it was
     cfg = AutoConfig.for_model(**{**c.to_dict(), "hidden_size": hp, "num_attention_heads": nq, "num_key_value_heads": nk,
                                   "head_dim": d, "attention_bias": True, "tie_word_embeddings": False,
                                   "rms_norm_eps": c.rms_norm_eps * h / hp})
-    wide = AutoModelForCausalLM.from_config(cfg, dtype=model.dtype)
+    wide = AutoModelForCausalLM.from_config(cfg, dtype=dtype or model.dtype)
     src = model.state_dict()
     src.setdefault("lm_head.weight", model.get_output_embeddings().weight)
     dst = {k: torch.zeros_like(v) for k, v in wide.state_dict().items()}
     fix = math.sqrt(h / hp)  # rms over hp dims of a vector that is zero outside the first h is fix * its rms over h
     for k, v in src.items():
+        v = v.to(dst[k].dtype) if k in dst else v
         if k.endswith("norm.weight"):
             dst[k][:h], dst[k][h:] = v * fix, 1.0
         elif k.endswith("q_proj.weight"):
@@ -140,6 +150,16 @@ def _widen(model, hp: int, nq: int, nk: int):
     return wide.to(model.device), fix
 
 
+def rope_frequencies(model) -> torch.Tensor:
+    """(head_dim / 2,) float64: the frequencies the model's own rotary embedding applies (its inv_freq, computed by
+    transformers from the config: llama3's rescaled ones included), for a float32 model."""
+    rotary = model.model.rotary_emb
+    if getattr(rotary, "attention_scaling", 1.0) != 1.0:
+        raise UserError(f"copy_circuit: this draft's RoPE scales cos/sin by {rotary.attention_scaling}; "
+                        "train without it (copy_circuit: false)")
+    return rotary.inv_freq.detach().double().cpu()
+
+
 def _head_dim(c) -> int:
     return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
 
@@ -147,7 +167,11 @@ def _head_dim(c) -> int:
 def add_copy_circuit(model, sequences: list[list[int]], sink_id: int | None, seed: int = 0, ngram: int = NGRAM):
     """The draft widened with the copy circuit (module docstring). sequences: a few token id lists (draft ids)
     to measure the residual scale on; sink_id: the draft id of the token every prompt starts with (or None);
-    ngram: 1 matches this token, 2 this token and the one before (each term gets half the match slots)."""
+    ngram: 1 matches this token, 2 this token and the one before (each term gets half the match slots).
+
+    The circuit is built in float32 whatever the draft's dtype (a bf16 target gives a bf16 cut) and returned in the
+    draft's dtype: its scores are sized against each other (match 40 vs sink 26) and rounding them first to bf16
+    and then building on them would compound."""
     _check(model)
     c = model.config
     h, d, nh, nkv, nl = c.hidden_size, _head_dim(c), c.num_attention_heads, c.num_key_value_heads, c.num_hidden_layers
@@ -159,13 +183,16 @@ def add_copy_circuit(model, sequences: list[list[int]], sink_id: int | None, see
     if not sequences:
         raise UserError("copy_circuit measures the draft's residual scale on collected data: give --data")
     r_last = residual_rms(model, sequences[:SCALE_SEQUENCES], nl - 1)  # typical rms entering the last layer
-    emb = model.get_input_embeddings().weight.detach()
+    emb = model.get_input_embeddings().weight.detach().float()
     r_emb = emb.pow(2).mean(-1).sqrt().median().item()
 
     nq, nk = nh + group, nkv + 1
     hp = h + 2 * CODE_DIMS + ngram * k + 1
-    hp = -(-hp // nq) * nq  # transformers requires hidden_size % num_attention_heads == 0
-    wide, fix = _widen(model, hp, nq, nk)
+    # transformers requires hidden_size % num_attention_heads == 0; a multiple of ALIGN keeps bf16 GEMMs aligned
+    # (4096 + 36 heads: 4320, not 4284; the default target's 744 is both already)
+    step = math.lcm(nq, ALIGN)
+    hp = -(-hp // step) * step
+    wide, fix = _widen(model, hp, nq, nk, torch.float32)
     code = slice(h, h + CODE_DIMS)
     match = slice(h, h + k)  # the code's first k dims are matched
     prevs = [slice(h + CODE_DIMS + j * k, h + CODE_DIMS + (j + 1) * k) for j in range(ngram)]  # code of token m-1-j
@@ -175,8 +202,7 @@ def add_copy_circuit(model, sequences: list[list[int]], sink_id: int | None, see
 
     g = torch.Generator().manual_seed(seed)
     codes = torch.randint(0, 2, (emb.shape[0], CODE_DIMS), generator=g).to(emb) * 2 - 1  # (V, C)
-    theta = _rope(c)[1]
-    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,) RoPE frequencies
+    inv = rope_frequencies(wide)  # (d/2,) the RoPE frequencies the draft applies
     slow = torch.arange(half - MATCH_PAIRS, half).view(ngram, -1)  # (ngram, k/2) slowest pairs, one row a term
     slots = [torch.cat([s, s + half]) for s in slow]  # per term: (k,) q/k dims rotated by slow frequencies
     sink_slot = half - MATCH_PAIRS - 1
@@ -221,6 +247,7 @@ def add_copy_circuit(model, sequences: list[list[int]], sink_id: int | None, see
         p[al + "o_proj.weight"][out, nh * d: nh * d + CODE_DIMS] = torch.eye(CODE_DIMS)
         # the output dims after the final norm hold ~EPS * code of the copied token
         p["lm_head.weight"][:, out] = codes * GAIN / (EPS * CODE_DIMS)
+    wide = wide.to(model.dtype)
     wide._copy_circuit_masks = _masks(wide, h, nh, nkv, d)
     # where the private dims start and the residual scale the output is sized for (saved in config.json)
     wide.config.copy_circuit = {"private": h, "r_final": residual_rms(wide, sequences[:SCALE_SEQUENCES], nl)}
