@@ -32,7 +32,15 @@ from decode.options import DecodeOptions
 from decode.prompts import check_context, encode_prompt, read_prompts
 from decode.sampling import SamplingParams
 from decode.speculative import Stats, generate
-from decode.targets import check_device, eos_ids, load_draft, load_target, parse_dtype
+from decode.targets import (
+    check_device,
+    check_load_format,
+    eos_ids,
+    load_draft,
+    load_format_field,
+    load_target,
+    parse_dtype,
+)
 
 
 @dataclass
@@ -52,9 +60,11 @@ class BenchConfig(DecodeOptions):
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16"})
     hf_assisted: bool = field(default=True, metadata={"help": "also time transformers' assisted generation"})
     chat_template: bool = field(default=True, metadata={"help": "apply the tokenizer's chat template"})
+    load_format: str = load_format_field()
 
     def __post_init__(self):
         super().__post_init__()
+        check_load_format(self.load_format)
         if self.max_new_tokens < 1:
             raise UserError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.limit < 0:
@@ -352,7 +362,7 @@ def run(cfg: BenchConfig) -> dict:
     rows = read_prompts(cfg.prompts)
     if cfg.limit:
         rows = rows[: cfg.limit]
-    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
+    target, tok = load_target(cfg.target, cfg.dtype, cfg.device, load_format=cfg.load_format)
     draft = load_draft(cfg.draft, target, tok, device=str(target.device))  # a spread target's first GPU
     check_head_options(draft, cfg, cfg.draft)
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings, cfg.chat_template)

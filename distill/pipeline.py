@@ -18,6 +18,11 @@ Each stage writes under --output and resumes: rerunning the same command skips f
 continues training from its last checkpoint, and re-evaluates. Stage settings are the stages' own configs
 (`collect`, `heldout`, `train`, `evaluate` mappings in the YAML override distill.collect / distill.train /
 distill.evaluate defaults); the pipeline only wires their inputs and outputs together.
+
+`--load-format dummy` (a --target folder with only config.json and tokenizer files will do) times a real shape
+with random weights: the random target is written once to RUN/target (decode.targets.save_dummy, the collect
+stage's dtype and device) and every stage loads that folder, so collection, training (which reads the tensors
+its draft keeps from the target's files) and evaluation all see the same weights.
 """
 
 from __future__ import annotations
@@ -33,10 +38,10 @@ from pathlib import Path
 import yaml
 from transformers import AutoConfig
 
-from decode import cli
+from decode import cli, targets
 from decode.errors import UserError
 from decode.runners import FAST_MODEL_TYPES, FastLlama
-from decode.targets import load_tokenizer, resolve
+from decode.targets import check_load_format, load_format_field, load_tokenizer, resolve
 from distill import collect, evaluate, onpolicy, train
 from distill.collect import self_prompts, shards, vllm_engine
 from distill.collect.job import SETTINGS_SINCE
@@ -51,6 +56,7 @@ TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` ru
 @dataclass
 class PipelineConfig:
     target: str = field(default="default", metadata={"help": "target model (every stage)"})
+    load_format: str = load_format_field()
     output: str = field(default="runs/pipeline", metadata={"help": "root folder of all stage outputs"})
     collect: dict = field(default_factory=dict, metadata={"help": "distill.collect overrides for the training data"})
     heldout: dict = field(default_factory=dict, metadata={"help": "distill.collect overrides for held-out data (proxy)"})
@@ -88,6 +94,7 @@ class PipelineConfig:
     }
 
     def __post_init__(self):
+        check_load_format(self.load_format)
         bad = [d for d in self.designs if d not in DESIGNS] if isinstance(self.designs, list) else [self.designs]
         if bad or not self.designs:
             raise UserError(f"--designs {self.designs}: give one or both of {list(DESIGNS)}")
@@ -295,14 +302,29 @@ def ship(out: Path, result: dict) -> dict | None:
             "acceptance_rate": b["acceptance_rate"], "tau": b["tau"], "gamma": b["gamma"]}
 
 
+def has_weights(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and targets.has_weights(str(folder))
+
+
+def dummy_target(cfg: PipelineConfig, c, folder: Path) -> str:
+    """--load-format dummy: the target's shape with random weights, written to `folder` (RUN/target) in the collect
+    stage's dtype, built on its device."""
+    print(f"pipeline: --load-format dummy: random weights of {cfg.target}'s shape -> {folder}", flush=True)
+    return str(targets.save_dummy(cfg.target, folder, c.dtype, targets.resolve_device(c.device)))
+
+
 def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     cfg = replace(cfg, output=output_folder(cfg, argv))
     cli.check_output(cfg.output)
     out = Path(cfg.output)
     print(f"pipeline: writing to {out}" + (f" (preset {cfg.preset})" if cfg.preset else ""), flush=True)
-    c, h, trains, rounds, e, notes = plan(cfg, out)
+    written = out / "target"  # --load-format dummy: every stage reads it, one set of random weights for all
+    dummy = cfg.load_format == "dummy"
+    c, h, trains, rounds, e, notes = plan(replace(cfg, target=str(written)) if dummy and has_weights(written) else cfg, out)
     out.mkdir(parents=True, exist_ok=True)
     cli.save(cfg, out / "pipeline.config.json")
+    if dummy and not has_weights(written):  # the first run: write it, then wire every stage to it
+        c, h, trains, rounds, e, notes = plan(replace(cfg, target=dummy_target(cfg, c, written)), out)
     command = "python -m distill.pipeline " + " ".join(argv)  # recorded by every stage it runs
     for note in notes:
         print(f"pipeline: {note}", flush=True)

@@ -33,8 +33,10 @@ from decode.prompts import check_context, encode_prompt
 from decode.sampling import SamplingParams
 from decode.targets import (
     check_device,
+    check_load_format,
     eos_ids,
     load_draft,
+    load_format_field,
     load_target,
     load_tokenizer,
     parse_dtype,
@@ -72,6 +74,7 @@ class CollectConfig:
     device: str = field(default="auto", metadata={"help": "auto (this rank's GPU under a launcher, else every GPU: "
                                                           "a large target is spread over them; else CPU) | cpu | cuda[:N]"})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16"})
+    load_format: str = load_format_field()
     engine: str = field(default="hf", metadata={"help": "hf (transformers, batched here) | vllm (vLLM's continuous "
                                                         "batching; --mode generate only) | auto (vllm when installed "
                                                         "on a CUDA machine, else hf)"})
@@ -107,6 +110,9 @@ class CollectConfig:
             raise UserError(f"--engine must be hf, vllm or auto, got {self.engine!r}")
         if self.engine == "vllm" and (self.mode == "score" or self.generator):
             raise UserError("--engine vllm generates with the target only; use --engine hf for --mode score and --generator")
+        check_load_format(self.load_format)
+        if self.engine == "vllm" and self.load_format == "dummy":  # vLLM's engine reads the folder's weights itself
+            raise UserError("--load-format dummy builds the target in transformers: use --engine hf (or auto)")
         if self.tensor_parallel_size < 1:
             raise UserError(f"--tensor-parallel-size must be >= 1 (GPUs per vLLM engine), got {self.tensor_parallel_size}")
         SamplingParams(self.temperature, self.top_k, self.top_p)
@@ -117,19 +123,19 @@ class CollectConfig:
     def settings(self) -> dict:
         """What makes two collections the same collection (anything else may change on resume)."""
         keys = ("target", "prompts", "columns", "split", "categories", "limit", "mode", "generator", "chat_template",
-                "max_new_tokens", "temperature", "top_p", "top_k", "stop", "topk", "seed", "samples")
+                "max_new_tokens", "temperature", "top_p", "top_k", "stop", "topk", "seed", "samples", "load_format")
         return {**{k: getattr(self, k) for k in keys}, "engine": self.resolved_engine(),
                 "sample_temperature": self.sample_temperature if self.samples > 1 else None}
 
     def resolved_engine(self) -> str:
         """hf or vllm: `auto` picks vLLM only where it pays and only for what it runs (target generation)."""
-        if self.engine == "auto" and (self.mode == "score" or self.generator):
+        if self.engine == "auto" and (self.mode == "score" or self.generator or self.load_format == "dummy"):
             return "hf"
         return vllm_engine.resolve_engine(self.engine)
 
 
 # settings keys added after collections were made: a settings file without one was made with this value
-SETTINGS_SINCE = {"engine": "hf", "samples": 1, "sample_temperature": None}
+SETTINGS_SINCE = {"engine": "hf", "samples": 1, "sample_temperature": None, "load_format": "auto"}
 
 
 def _rank_world(cfg: CollectConfig) -> tuple[int, int]:
@@ -170,7 +176,8 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
     # a bad prompt file fails here, not after a large target has loaded
     rows = None if own else load_prompts(cfg.prompts, cfg.columns, cfg.split, cfg.categories or None, cfg.limit)
     # vLLM loads the target itself (in its engine process): here only its config, generation config and tokenizer
-    target, tok = load_target(cfg.target, cfg.dtype, cfg.device) if engine == "hf" else _target_meta(cfg.target)
+    target, tok = (load_target(cfg.target, cfg.dtype, cfg.device, load_format=cfg.load_format) if engine == "hf"
+                   else _target_meta(cfg.target))
     if own:  # the target writes the prompts first: OUT/self-prompts.jsonl, resumable
         rows = self_prompts.prompt_rows(own, cfg, world, target, tok)
     vocab = target.config.vocab_size

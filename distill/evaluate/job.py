@@ -38,7 +38,7 @@ from decode.draft_folder import read_meta
 from decode.errors import UserError
 from decode.feature_head import is_head_folder
 from decode.options import DecodeOptions
-from decode.targets import eos_ids, load_draft, load_target
+from decode.targets import check_load_format, eos_ids, load_draft, load_format_field, load_target
 from decode.targets import resolve as resolve_model
 from distill.collect import vllm_engine
 from distill.evaluate import timing, vllm_anchors
@@ -77,6 +77,7 @@ class EvalConfig:
     device: str = field(default="auto", metadata={"help": "auto (CUDA when present: a target too large for one GPU "
                                                           "is spread over all; else CPU) | cpu | cuda[:N]"})
     dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16"})
+    load_format: str = load_format_field()
 
     def __post_init__(self):
         # booleans from YAML or callers (anchors: false) mean what they did when this was an on/off flag
@@ -88,6 +89,10 @@ class EvalConfig:
         for g, n, k in product(self.gammas(), self.lookups(), self.candidate_counts()):
             DecodeOptions(gamma=g, schedule=self.schedule, lookup=n, lookup_tokens=self.lookup_tokens, candidates=k,
                           draft_weights=self.draft_weights, temperature=self.temperature)  # the checks live there
+        check_load_format(self.load_format)
+        if self.anchors == "vllm" and self.load_format == "dummy":  # vLLM reads the target folder's weights itself
+            raise UserError("--load-format dummy builds the target in transformers; vLLM's anchors would serve other "
+                            "weights: use --anchors hf (or none)")
         if self.checkpoints not in ("all", "last"):
             raise UserError(f"--checkpoints must be 'all' or 'last', got {self.checkpoints!r}")
         if not self.run and not self.drafts:
@@ -176,7 +181,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
              "; --limit N takes N prompts, in turn from each category, for a shorter run")
     print(f"evaluating {n_runs} draft x γ runs on {len(rows)} prompts x up to {cfg.max_new_tokens} new tokens "
           f"(one shared target-alone baseline){limit}", file=sys.stderr, flush=True)
-    target, tok = load_target(cfg.target, cfg.dtype, cfg.device)
+    target, tok = load_target(cfg.target, cfg.dtype, cfg.device, load_format=cfg.load_format)
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
 
     # --- every draft x γ against one shared target-alone baseline (decode.bench.measure_many)
