@@ -5,8 +5,9 @@ come from, and their training-time test.
                     as EAGLE-3 keeps them), plus fc and one decoder layer, from the target's last layer
                     (--init target_layers: fc passes the highest feature layer through) or random (--init random)
     features        stored: the target runs once over every example at the start of the run; its hidden states
-                    at the feature layers go to RUN/features/{train,heldout}.f16 (float16, 3H values a token),
-                    resumable, reused by resumed runs. online: the target runs inside every step instead
+                    at the feature layers go to RUN/features/{train,heldout}.f16 (float16, 3H values a token;
+                    .bf16 for bf16 targets: --feature-dtype), checked finite as they are written, resumable,
+                    reused by resumed runs. online: the target runs inside every step instead
                     (nothing stored; the step pays a target forward), the choice for targets whose features
                     would not fit on disk
     HeadStudent     the training-time test: the head runs --ttt-steps times over a batch; step 0 reads the
@@ -32,6 +33,17 @@ from distill.train import losses
 from distill.train.student import chunk_rows
 
 FEATURE_SOURCES = ("stored", "online")
+FEATURE_DTYPES = ("float16", "bfloat16")  # how stored features are kept: float16 is finer, bfloat16 reaches 3e38
+SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
+
+
+def store_dtype(choice: str, *target_dtypes: torch.dtype) -> str:
+    """--feature-dtype as stored: auto is bfloat16 when the target is bf16 (any of `target_dtypes`: its weights'
+    dtype, the dtype it runs in), whose hidden states float16 need not hold (Llama-class massive activations reach
+    thousands; the float16 maximum is 65,504); float16 otherwise (finer, and what fp32 targets were measured with)."""
+    if choice != "auto":
+        return choice
+    return "bfloat16" if torch.bfloat16 in target_dtypes else "float16"
 # targets whose layers are llama-style (q/k/v/o and gate/up/down projections, an RMSNorm scaled by its weight):
 # --init target_layers copies their last layer and final norm into the head; other targets take --init random
 LAYER_INIT_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -120,15 +132,17 @@ def target_features(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
 
 
 class FeatureStore:
-    """Features of examples 0..E-1 of one Examples, in one float16 file: rows offsets[i]:offsets[i+1] are example
-    i's input positions. `done` (a side file) counts the examples written, so an interrupted extraction resumes."""
+    """Features of examples 0..E-1 of one Examples, in one float16 or bfloat16 file (bfloat16 as its bits: numpy
+    has no bfloat16): rows offsets[i]:offsets[i+1] are example i's input positions, read as float16 or float32.
+    `done` (a side file) counts the examples written, so an interrupted extraction resumes."""
 
-    def __init__(self, path: Path, lengths: np.ndarray, width: int):
-        self.path, self.width = path, width
+    def __init__(self, path: Path, lengths: np.ndarray, width: int, dtype: str = "float16"):
+        self.path, self.width, self.dtype = path, width, dtype
         self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
         total = int(self.offsets[-1])
         mode = "r+" if path.is_file() and path.stat().st_size == total * width * 2 else "w+"
-        self.data = np.memmap(path, dtype=np.float16, mode=mode, shape=(max(total, 1), width))
+        raw = np.float16 if dtype == "float16" else np.uint16
+        self.data = np.memmap(path, dtype=raw, mode=mode, shape=(max(total, 1), width))
         self._done = path.with_suffix(".done")
 
     @property
@@ -140,7 +154,13 @@ class FeatureStore:
         self._done.write_text(str(n))
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.data[self.offsets[i]:self.offsets[i + 1]]
+        rows = self.data[self.offsets[i]:self.offsets[i + 1]]
+        return rows if self.dtype == "float16" else (rows.astype(np.uint32) << 16).view(np.float32)
+
+    def write(self, start: int, f: torch.Tensor) -> None:
+        """Rows start.. from f (n, width), already in this store's dtype."""
+        a = f.cpu().numpy() if self.dtype == "float16" else f.cpu().view(torch.int16).numpy().view(np.uint16)
+        self.data[start:start + len(a)] = a
 
     @property
     def bytes_per_token(self) -> int:
@@ -148,12 +168,13 @@ class FeatureStore:
 
 
 @torch.no_grad()
-def extract(model, examples, layers: list[int], path: Path, tokens: int, log) -> FeatureStore:
-    """Run the target over every example into a FeatureStore at `path`: shortest first, about `tokens` padded
-    tokens a forward (similar lengths pad little); `done` counts examples in that order, so a rerun resumes."""
+def extract(model, examples, layers: list[int], path: Path, tokens: int, log, dtype: str = "float16") -> FeatureStore:
+    """Run the target over every example into a FeatureStore at `path` (stored as `dtype`; a value it cannot hold
+    is an error): shortest first, about `tokens` padded tokens a forward (similar lengths pad little); `done`
+    counts examples in that order, so a rerun resumes."""
     width = len(layers) * model.config.hidden_size
     lengths = examples.lengths
-    store = FeatureStore(path, lengths, width)
+    store = FeatureStore(path, lengths, width, dtype)
     order = np.argsort(lengths, kind="stable")
     start, n = store.done, len(examples)
     if start >= n:
@@ -171,13 +192,26 @@ def extract(model, examples, layers: list[int], path: Path, tokens: int, log) ->
         mask = torch.zeros(len(seqs), T, dtype=torch.long)
         for b, s in enumerate(seqs):
             ids[b, :len(s)], mask[b, :len(s)] = torch.from_numpy(s), 1
-        f = target_features(model, ids.to(model.device), mask.to(model.device), layers).float().cpu().numpy()
+        f = target_features(model, ids.to(model.device), mask.to(model.device), layers)
+        kept, real = f.to(getattr(torch, store.dtype)), mask.to(f.device).bool()
+        if not torch.isfinite(kept[real]).all():  # one check a chunk, on what is stored
+            raise nonfinite_features(f[real], layers, store.dtype)
         for b, (j, s) in enumerate(zip(idx, seqs)):
-            store.data[store.offsets[j]:store.offsets[j + 1]] = f[b, :len(s)]
+            store.write(int(store.offsets[j]), kept[b, :len(s)])
         i, chunks = i + len(idx), chunks + 1
         if chunks % 16 == 0 or i == n:
             store.mark(i)
     return store
+
+
+def nonfinite_features(f: torch.Tensor, layers: list[int], dtype: str) -> UserError:
+    """The error for features that would be stored non-finite: the target's own (then nothing stores them), or
+    beyond float16's range (then bfloat16 does)."""
+    if not torch.isfinite(f).all():
+        return UserError(f"the target's hidden states entering layers {layers} are not finite in {f.dtype} (the "
+                         "target itself overflows on this data): run it in another dtype or use other --feature-layers")
+    return UserError(f"features of layers {layers} reach {f.abs().max().item():.4g}, beyond {dtype}'s range "
+                     f"(float16 ends at 65,504): store them as bfloat16 (--feature-dtype bfloat16)")
 
 
 def write_info(run_dir: Path, info: dict) -> None:

@@ -26,6 +26,7 @@ from transformers import AutoConfig
 from decode import cli, latency
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
+from decode.layer_cut import config_dtype
 from decode.options import DecodeOptions
 from decode.targets import load_target, load_tokenizer, resolve
 from distill.tracking import Tracker
@@ -59,6 +60,9 @@ class TrainConfig:
                                         "hidden states it reads; None = (2, L/2, L-3) as vLLM"})
     features: str = field(default="stored", metadata={"help": "feature_head: stored (extracted once into RUN/features) "
                           "| online (the target runs in every step; nothing stored)"})
+    feature_dtype: str = field(default="auto", metadata={"help": "feature_head: stored features as float16 | bfloat16 "
+                               "(float16 ends at 65,504; Llama-class targets' massive activations reach thousands). "
+                               "auto = bfloat16 for a bf16 target (its weights, or run in bf16), float16 otherwise"})
     ttt_steps: int = field(default=3, metadata={"help": "feature_head: training-time test steps (the head unrolled "
                            "on its own outputs)"})
     ttt_decay: float = field(default=0.8, metadata={"help": "feature_head: loss weight of TTT step k is decay^k"})
@@ -75,7 +79,10 @@ class TrainConfig:
     # --- objective and optimisation
     loss: dict = field(default_factory=lambda: {"fkl": 1.0}, metadata={"help": "weights over fkl, rkl, jsd, tvd, ce, top1 (distill/train/losses.py)"})
     jsd_beta: float = field(default=0.5, metadata={"help": "beta of the jsd term"})
-    lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate at width --lr-width (see there)"})
+    lr_width: int = field(default=576, metadata={"help": "the draft width --lr is tuned for (the default target's "
+                          "576); a wider draft trains at lr x lr_width / width (Adam moves every weight ~lr a step, so "
+                          "a width-n layer's output ~n lr: muP's 1/width), a narrower one at --lr. 0 = --lr at any width"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     warmup_steps: int = field(default=20, metadata={"help": "linear warm-up steps, then cosine decay"})
     min_lr_ratio: float = field(default=0.1, metadata={"help": "the cosine decays to this fraction of --lr at --max-steps"})
@@ -86,6 +93,8 @@ class TrainConfig:
                                     "the left beyond this. None = the longest response the collection can hold "
                                     "(its max_new_tokens) + 512, so no response is cut"})
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm"})
+    max_nonfinite_steps: int = field(default=20, metadata={"help": "a step with a non-finite loss or gradient is "
+                                     "skipped before any weight changes; the run stops after this many in a row"})
     precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32"})
     loss_chunk_mb: int = field(default=256, metadata={"help": "the head and the loss run over chunks of positions "
                                "of this many MiB of float32 logits (peak memory is a few such chunks)"})
@@ -121,6 +130,8 @@ class TrainConfig:
                             "private dims; use one or the other")
         if self.design not in ("standalone", "feature_head"):
             raise UserError(f"--design must be standalone or feature_head, got {self.design!r}")
+        if self.feature_dtype not in ("auto", *head.FEATURE_DTYPES):
+            raise UserError(f"--feature-dtype must be auto, {' or '.join(head.FEATURE_DTYPES)}, got {self.feature_dtype!r}")
         if self.features not in head.FEATURE_SOURCES:
             raise UserError(f"--features must be one of {', '.join(head.FEATURE_SOURCES)}, got {self.features!r}")
         if self.design == "feature_head" and (self.copy_circuit or self.lora_r or isinstance(self.layers, list)
@@ -141,9 +152,9 @@ class TrainConfig:
 
 
 # the numbers a run cannot use below a bound (a typo such as --lr -1e-3 would otherwise train backwards)
-AT_LEAST = {1: ("max_steps", "ttt_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "loss_chunk_mb",
+AT_LEAST = {1: ("max_steps", "max_nonfinite_steps", "ttt_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "loss_chunk_mb",
                 "spec_eval_gamma", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"),
-            0: ("warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
+            0: ("lr_width", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
 
 
 def check_bounds(cfg: TrainConfig) -> None:
@@ -164,13 +175,22 @@ def check_bounds(cfg: TrainConfig) -> None:
                 raise UserError(f"{flag(name)} must be >= {low}, got {v}")
 
 
-def lr_at(cfg: TrainConfig, step: int) -> float:
-    """The learning rate of optimizer step `step` (0-based): linear warm-up, then cosine to min_lr_ratio x lr."""
+def peak_lr(cfg: TrainConfig, width: int) -> float:
+    """The peak learning rate for a draft `width` wide: --lr x lr_width / width when wider than --lr-width (the
+    576-wide default's 3e-3 is 4.2e-4 at Llama-8B's 4096, where 3e-3 sent the feature head to NaN at step 21),
+    --lr itself otherwise and with --lr-width 0."""
+    return cfg.lr * cfg.lr_width / width if cfg.lr_width and width > cfg.lr_width else cfg.lr
+
+
+def lr_at(cfg: TrainConfig, step: int, peak: float | None = None) -> float:
+    """The learning rate of optimizer step `step` (0-based): linear warm-up to `peak` (None: --lr), then cosine to
+    min_lr_ratio x peak."""
+    peak = cfg.lr if peak is None else peak
     if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
+        return peak * (step + 1) / cfg.warmup_steps
     t = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
     floor = cfg.min_lr_ratio
-    return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -199,6 +219,8 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     # circuit's structural zeros kept by gradient masks
     draft = build_model(cfg, tok, data, accelerator)
     log(draft_line(draft.card, accelerator.device))
+    peak = peak_lr(cfg, draft.width)
+    log(f"lr: peak {peak:.3g}" + (f" (--lr {cfg.lr:g} x --lr-width {cfg.lr_width} / width {draft.width})" if peak != cfg.lr else ""))
     # only the main process's real-decode eval runs the whole target (in fp32, like the draft's weights)
     spec_target = (load_target(cfg.target, "float32", str(accelerator.device))[0]
                    if cfg.spec_eval_prompts > 0 and main_proc else None)
@@ -217,7 +239,8 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     state, tracker = resume(cfg, accelerator, run_dir, log)
     step = state["step"] if state else 0
     command = command or launch_command(argv)
-    run = loop.Run(cfg, accelerator, student, optimizer, params, draft, tok, data, command, run_dir, tracker, online)
+    run = loop.Run(cfg, accelerator, student, optimizer, params, draft, tok, data, command, run_dir, tracker, online,
+                   peak, (state or {}).get("skipped", 0))
     fit = train_ex.subset(range(min(FIT_EXAMPLES, len(train_ex))))  # positions 0..: the stored features line up
     fit.features = train_ex.features
     held = proxy.HeldOut(eval_ex, cfg.batch_size, draft.vocab, draft.calib_seqs, spec_target, tok,
@@ -238,12 +261,14 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     try:
         while step < cfg.max_steps:
             for g in optimizer.param_groups:
-                g["lr"] = lr_at(cfg, step)
-            row, tokens = loop.train_step(run, feed, step)  # row: loss and its parts, averaged over ranks
+                g["lr"] = lr_at(cfg, step, peak)
+            row, tokens = loop.train_step(run, feed, step)  # row: loss, its parts, skipped, averaged over ranks
             step, tokens_seen = step + 1, tokens_seen + tokens
+            loop.check_finite(run, row, step, log)
             window.append(row)
             if step % cfg.log_every == 0 or step == cfg.max_steps:
-                metrics = loop.train_metrics(window, lr_at(cfg, step - 1), tokens_seen * world / (time.perf_counter() - t0))
+                metrics = loop.train_metrics(window, lr_at(cfg, step - 1, peak),
+                                             tokens_seen * world / (time.perf_counter() - t0), run.skipped)
                 window = []
                 tracker.log(metrics, step=step)
                 log(f"step {step}: loss {metrics['train/loss']:.4f} lr {metrics['train/lr']:.2e} {metrics['train/tokens_per_s']} tok/s")
@@ -339,6 +364,7 @@ class Draft:
     vocab: VocabMap | None        # the same map both ways, for collate and the proxy
     calib_seqs: list | None       # copy circuit only: draft-id sequences its output gain is measured on
     card: dict                    # describe(): params, trainable params, width, measured ms/token
+    width: int = 0                # the width its learning rate is scaled by (the target's; a circuit's private dims not)
 
 
 def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
@@ -376,7 +402,8 @@ def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
     card = describe(model)  # leaves the model in eval mode
     model.train()
     vocab = VocabMap(vocab_map, tc.vocab_size) if vocab_map is not None else None
-    return Draft(model, design, layers, vocab_map, vocab, calib_seqs, card)
+    width = circuit["private"] if circuit else model.config.hidden_size  # the copied layers' width
+    return Draft(model, design, layers, vocab_map, vocab, calib_seqs, card, width)
 
 
 def build_feature_head(cfg: TrainConfig, tok, seqs, accelerator) -> Draft:
@@ -396,7 +423,7 @@ def build_feature_head(cfg: TrainConfig, tok, seqs, accelerator) -> Draft:
     model.train()
     vocab = VocabMap(vocab_map, tc.vocab_size) if vocab_map is not None else None
     design = cfg.draft_design()
-    return Draft(model, design, model.feature_layers, vocab_map, vocab, None, card)
+    return Draft(model, design, model.feature_layers, vocab_map, vocab, None, card, tc.hidden_size)
 
 
 FIT_EXAMPLES = 64  # training examples the train-set agreement is measured on at each evaluation
@@ -410,21 +437,22 @@ def head_features(cfg: TrainConfig, accelerator, draft: Draft, train_ex, eval_ex
     if cfg.features == "online":
         return head.OnlineFeatures(load_target(cfg.target, dtype, str(accelerator.device))[0], draft.layers)
     folder = Path(cfg.output) / "features"
+    store = head.store_dtype(cfg.feature_dtype, dtype, config_dtype(AutoConfig.from_pretrained(resolve(cfg.target))))
     if accelerator.is_main_process:
         folder.mkdir(parents=True, exist_ok=True)
         target = load_target(cfg.target, dtype, str(accelerator.device))[0]
         t0 = time.perf_counter()
-        stores = [head.extract(target, ex, draft.layers, folder / f"{name}.f16", EXTRACT_TOKENS, log)
-                  for name, ex in (("train", train_ex), ("heldout", eval_ex))]
+        stores = [head.extract(target, ex, draft.layers, folder / f"{name}.{head.SUFFIX[store]}", EXTRACT_TOKENS, log,
+                               store) for name, ex in (("train", train_ex), ("heldout", eval_ex))]
         tokens = int(sum(s.offsets[-1] for s in stores))
         head.write_info(Path(cfg.output), {"layers": draft.layers, "tokens": tokens, "bytes_per_token": stores[0].bytes_per_token,
-                                           "bytes": tokens * stores[0].bytes_per_token, "dtype": "float16",
+                                           "bytes": tokens * stores[0].bytes_per_token, "dtype": store,
                                            "seconds_this_start": round(time.perf_counter() - t0, 1)})
         del target
     accelerator.wait_for_everyone()
     width = len(draft.layers) * draft.model.config.hidden_size
-    train_ex.features = head.FeatureStore(folder / "train.f16", train_ex.lengths, width)
-    eval_ex.features = head.FeatureStore(folder / "heldout.f16", eval_ex.lengths, width)
+    train_ex.features = head.FeatureStore(folder / f"train.{head.SUFFIX[store]}", train_ex.lengths, width, store)
+    eval_ex.features = head.FeatureStore(folder / f"heldout.{head.SUFFIX[store]}", eval_ex.lengths, width, store)
     return None
 
 

@@ -37,15 +37,26 @@ class Run:
     run_dir: Path
     tracker: Tracker
     online: Any = None              # a feature head's online features (head.OnlineFeatures); None otherwise
+    peak_lr: float = 0.0            # --lr at this draft's width (job.peak_lr)
+    skipped: int = 0                # non-finite steps skipped so far (saved with each checkpoint)
+    skipped_in_row: int = 0         # of them, the latest consecutive ones
 
 
 def train_step(run: Run, feed, step: int) -> tuple[dict, int]:
     """Optimizer step `step` over grad_accum micro-batches, the next ones of `feed` (batches.feed, which starts at
-    the run's first step): ({"loss": mean, part: mean, ...} over ranks, trained positions on this rank).
-    A non-finite loss stops the run before anything is saved."""
+    the run's first step): ({"loss": mean, part: mean, ..., "skipped": 0 or 1} over ranks, trained positions on
+    this rank).
+
+    A step whose loss or gradients are not finite changes no weight: the gradient norm (computed for clipping
+    anyway) is checked on the device and handed to the fused AdamW as `found_inf`, which then skips the whole
+    update (weights, moments, step count) inside its kernel, so no extra host sync. Its row says skipped: 1
+    (check_finite counts it and stops after --max-nonfinite-steps in a row). Under DeepSpeed, whose engine steps
+    inside backward, a non-finite loss stops the run before that backward."""
     cfg, accelerator, student, optimizer = run.cfg, run.accelerator, run.student, run.optimizer
     deepspeed = accelerator.state.deepspeed_plugin is not None
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper steps this one
     step_loss, parts_sum, tokens = torch.zeros((), device=accelerator.device), {}, 0
+    bad = torch.zeros((), device=accelerator.device)
     for _ in range(cfg.grad_accum):
         b = {k: v.to(accelerator.device, non_blocking=True) for k, v in next(feed).items()}
         if run.online is not None:  # a feature head's features, from the target now
@@ -53,31 +64,62 @@ def train_step(run: Run, feed, step: int) -> tuple[dict, int]:
         with accelerator.accumulate(student):
             # the head and the loss run inside the Student's forward, over chunks of the N trained positions
             loss, parts = student(b["input_ids"], b["attention_mask"], b["sel"], targets=b)
+            if deepspeed:
+                _stop_before_deepspeed_steps(run, loss, step)
             accelerator.backward(loss)
+            bad = torch.maximum(bad, (~torch.isfinite(loss.detach())).float())
             if accelerator.sync_gradients and not deepspeed:
-                accelerator.clip_grad_norm_(run.params, cfg.grad_clip)
+                norm = accelerator.clip_grad_norm_(run.params, cfg.grad_clip)
+                bad = torch.maximum(bad, (~torch.isfinite(norm)).float())  # NaN or inf in a loss or a gradient
+                inner.found_inf = bad  # read by the fused AdamW kernel: 1 skips the update
             optimizer.step()
             optimizer.zero_grad()
         step_loss += loss.detach() / cfg.grad_accum
         for k, v in parts.items():
             parts_sum[k] = parts_sum.get(k, 0.0) + float(v) / cfg.grad_accum
         tokens += len(b["sel"])
-    # the loss and its parts, averaged over ranks (one collective for all of them): (1 + parts,)
+    # the loss, its parts and the skip flag, averaged over ranks (one collective for all of them): (2 + parts,)
     names = list(parts_sum)
-    reduced = accelerator.reduce(torch.stack([step_loss, *(torch.tensor(float(parts_sum[k]), device=step_loss.device)
-                                                           for k in names)]), "mean")
-    if not torch.isfinite(reduced[0]):
+    reduced = accelerator.reduce(torch.stack([step_loss, bad, *(torch.tensor(float(parts_sum[k]), device=step_loss.device)
+                                                                for k in names)]), "mean")
+    loss, skipped, *rest = reduced.tolist()
+    return {"loss": loss, "skipped": float(skipped > 0), **dict(zip(names, rest))}, tokens
+
+
+def _stop_before_deepspeed_steps(run: Run, loss: torch.Tensor, step: int) -> None:
+    """Under DeepSpeed: a non-finite loss on any rank stops every rank before the engine's backward + step."""
+    bad = run.accelerator.reduce((~torch.isfinite(loss.detach())).float(), "sum")
+    if bad.item() > 0:
         last = checkpoints.complete(run.run_dir)
-        raise UserError(f"loss is {reduced[0].item()} at step {step + 1}; stopped without saving. The last good "
+        raise UserError(f"loss is {loss.item()} at step {step + 1} (DeepSpeed: stopped before the step, nothing "
+                        f"saved). The last good checkpoint is {last[0] if last else 'none (no checkpoint yet)'}; "
+                        "lower --lr or check the data")
+
+
+def check_finite(run: Run, row: dict, step: int, log) -> None:
+    """Count a skipped (non-finite) step, `step` 1-based; stop the run, saving nothing, after
+    --max-nonfinite-steps of them in a row (one is a spike the next batches recover from; many are a diverged run
+    or broken data)."""
+    if not row.get("skipped"):
+        run.skipped_in_row = 0
+        return
+    run.skipped, run.skipped_in_row = run.skipped + 1, run.skipped_in_row + 1
+    log(f"step {step}: loss {row['loss']}: non-finite loss or gradients, step skipped before any weight changed "
+        f"({run.skipped} skipped so far, {run.skipped_in_row} in a row)")
+    if run.skipped_in_row >= run.cfg.max_nonfinite_steps:
+        last = checkpoints.complete(run.run_dir)
+        raise UserError(f"loss is {row['loss']} at step {step}, {run.skipped_in_row} non-finite step(s) in a row "
+                        f"(--max-nonfinite-steps {run.cfg.max_nonfinite_steps}); stopped without saving. The last good "
                         f"checkpoint is {last[0] if last else 'none (no checkpoint yet)'}; lower --lr or check the data")
-    return dict(zip(["loss", *names], reduced.tolist())), tokens
 
 
-def train_metrics(window: list[dict], lr: float, tokens_per_s: float) -> dict:
-    """train/* over the logging window: each step's loss and parts averaged, the step's lr, throughput."""
-    mean = {k: sum(w[k] for w in window) / len(window) for k in window[0]}
+def train_metrics(window: list[dict], lr: float, tokens_per_s: float, skipped: int = 0) -> dict:
+    """train/* over the logging window: each trained (not skipped) step's loss and parts averaged, the step's lr,
+    throughput, and the non-finite steps skipped so far in the run."""
+    ok = [w for w in window if not w.get("skipped")] or window
+    mean = {k: sum(w[k] for w in ok) / len(ok) for k in ok[0] if k != "skipped"}
     return {"train/loss": round(mean.pop("loss"), 5), "train/lr": lr, "train/tokens_per_s": round(tokens_per_s, 1),
-            **{f"train/loss_{k}": round(v, 5) for k, v in mean.items()}}
+            "train/skipped_steps": skipped, **{f"train/loss_{k}": round(v, 5) for k, v in mean.items()}}
 
 
 def report_eval(run: Run, held: proxy.HeldOut, step: int, log) -> dict:
@@ -106,7 +148,8 @@ class StopSignal:
 
 def save_checkpoint(run: Run, step: int, last_eval: dict, window: list[dict]) -> None:
     """checkpoint-N on every rank; the main process writes its hf/ folder (export.py) and prunes old ones."""
-    state = {"metrics": last_eval, "window": window, "wandb_run_id": (run.tracker.run_info or {}).get("run_id")}
+    state = {"metrics": last_eval, "window": window, "wandb_run_id": (run.tracker.run_info or {}).get("run_id"),
+             "skipped": run.skipped}
     main = run.accelerator.is_main_process  # the only one that writes hf/ (and the one W&B runs on)
     meta = export.record(run.cfg, run.draft, run.data, run.command, step, last_eval, run.tracker.run_info) if main else None
     model = run.accelerator.unwrap_model(run.student).model
