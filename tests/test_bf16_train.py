@@ -78,6 +78,17 @@ def test_default_recipe_trains_a_llama31_shaped_bf16_target_with_its_copy_circui
     assert cfg["rope_parameters"]["rope_type"] == "llama3" and cfg["num_key_value_heads"] == 3
     assert all(torch.isfinite(v).all() for v in load_file(hf / "model.safetensors").values())
     assert all(r["train/skipped_steps"] == 0 for r in _rows(out) if "train/loss" in r)
+    # the pipeline's decision is the same check (copy_circuit.check_architecture): it keeps the circuit too
+    import yaml
+
+    from distill import pipeline
+    from distill.evaluate import EvalConfig
+
+    c = pipeline.PipelineConfig(**yaml.safe_load((REPO / "configs/pipeline/default.yaml").read_text()))
+    t = pipeline.stage_config(TrainConfig, {"target": target}, c.train, "train")
+    e = pipeline.stage_config(EvalConfig, {"target": target, "run": "r"}, c.evaluate, "evaluate")
+    t2, _, notes = pipeline.fit_to_target(target, t, e)
+    assert t2.copy_circuit and not notes
 
 
 def test_a_1024_wide_feature_head_trains_on_bf16_features_beyond_float16(tiny_collected, tmp_path, capsys):

@@ -246,6 +246,11 @@ def test_circuit_reads_llama3_rope_frequencies_from_the_model(tiny_llama):
     assert _span_copy(draft) < 0.15 < 0.8 < _span_copy(wide)
 
 
+def test_widened_size_keeps_bf16_gemms_aligned():
+    assert copy_circuit.widened_size(4096, 32 + 4) == 4320  # Llama-3.1-8B: 4284 before, not a multiple of 8
+    assert copy_circuit.widened_size(576, 9 + 3) == 744  # the default target's draft, as measured
+
+
 def test_rope_with_scaled_cos_sin_is_refused(tiny_llama):
     c = tiny_llama(seed=3, layers=2, hidden=64, num_attention_heads=2, num_key_value_heads=1, head_dim=64).config
     c.rope_parameters = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
