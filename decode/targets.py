@@ -119,9 +119,7 @@ def resolve(spec: str) -> str:
         return str(convert_gguf(p, cache_root() / "gguf" / p.stem))
     if p.exists():
         if not (p / "config.json").is_file():
-            raise UserError(f"{spec} is not a model folder (no config.json); give an HF model folder, a .gguf file, a "
-                            "Hub id or 'default' (for random weights of a shape: a folder with the model's config.json "
-                            "and tokenizer files, and --load-format dummy)")
+            raise UserError(f"{spec} is not a model folder (no config.json); give an HF model folder, a .gguf file, a Hub id or 'default'")
         return str(p)
     if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
         raise UserError(f"model not found: {spec!r} is neither an existing folder, a .gguf file, 'default', nor a Hub id (ORG/NAME)")
@@ -308,6 +306,9 @@ def load_target(spec: str, dtype: str | torch.dtype | None = "auto", device: str
     """The target model and tokenizer for any target spec (see module docstring), placed as load_model says;
     load_format dummy: random weights of its shape on one device (dummy_model), any weight files ignored."""
     check_load_format(load_format)
+    if Path(spec).expanduser().is_dir() and not (Path(spec).expanduser() / "config.json").is_file():
+        raise UserError(f"{spec} is not a model folder (no config.json): a target folder holds the model's config.json "
+                        "and tokenizer files, and its weights unless --load-format dummy (random weights of its shape)")
     if load_format == "dummy":
         model, tokenizer = dummy_model(spec, dtype, device)
     else:

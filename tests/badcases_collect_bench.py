@@ -61,6 +61,13 @@ def _no_chat_template(env) -> str:
     return str(folder)
 
 
+def _config_only(env) -> str:
+    """The tiny target's config.json and tokenizer files without its weights (a shape for --load-format dummy)."""
+    folder = env.tmp / "config-only"
+    shutil.copytree(env.base.target, folder, ignore=shutil.ignore_patterns("*.safetensors*"))
+    return str(folder)
+
+
 LONG = {"id": "long", "prompt": " ".join(["lorem ipsum dolor sit amet"] * 120)}  # ~600 tokens; the target has 512
 
 CASES = [
@@ -144,4 +151,10 @@ CASES = [
          "is damaged or incomplete"),
     Case("bench", "a prompt longer than the target's context",
          lambda env: _bench(env, "--prompts", _prompts(env, [GOOD, LONG])), "exceeds the model's context"),
+    Case("bench", "--load-format that does not exist", lambda env: _bench(env, "--load-format", "random"),
+         "--load-format must be one of auto, dummy"),
+    Case("bench", "--target folder without config.json", lambda env: _bench(env, "--target", str(env.tmp)),
+         "is not a model folder (no config.json): a target folder holds"),
+    Case("bench", "--target folder without weights, no --load-format dummy",
+         lambda env: _bench(env, "--target", _config_only(env)), "add --load-format dummy"),
 ]
