@@ -27,8 +27,8 @@ def test_dummy_target_has_the_shape_and_dtype_and_is_the_same_at_every_load(tiny
     model, tok = targets.load_target(str(folder), "bfloat16", "cpu", load_format="dummy")
     assert model.dtype == torch.bfloat16 and model.device.type == "cpu"
     assert model.config.num_hidden_layers == cfg.num_hidden_layers == 4 and model.config.rope_parameters["rope_type"] == "llama3"
-    assert model.model.layers[0].self_attn.k_proj.weight.shape == (2 * 32, 128)  # GQA: 2 KV heads of 32
-    assert model.lm_head.weight.shape == (49152, 128) and not model.config.tie_word_embeddings
+    assert model.model.layers[0].self_attn.k_proj.weight.shape == (64, 256)  # GQA: 1 KV head of 64 for 4 query heads
+    assert model.lm_head.weight.shape == (49152, 256) and not model.config.tie_word_embeddings
     w = model.model.layers[1].mlp.up_proj.weight.float()
     assert w.std().item() == pytest.approx(cfg.initializer_range, rel=0.05)  # transformers' normal init
     again, _ = targets.load_target(str(folder), "bfloat16", "cpu", load_format="dummy")
@@ -58,7 +58,7 @@ def test_bench_loads_a_config_only_target_with_load_format_dummy(tiny_shape, tmp
     cfg = bench.parse_args(["--target", str(folder), "--load-format", "dummy", "--draft", "layers:0,1", "--prompts",
                             str(prompts), "--dtype", "bfloat16", "--chat-template", "false", "--device", "cpu"])
     bench.run(cfg)
-    assert seen["target"].dtype == torch.bfloat16 and seen["target"].config.hidden_size == 128
+    assert seen["target"].dtype == torch.bfloat16 and seen["target"].config.hidden_size == 256
     assert seen["draft"].model.config.num_hidden_layers == 2
 
 
