@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from decode import cli, costmodel, latency
-from decode.draft_folder import assistant_config
+from decode import cli, costmodel, latency, lossless
 from decode.errors import UserError
 from decode.feature_head import FeatureHead
+from decode.hf_generate import hf_confidence, hf_generate
 from decode.options import DecodeOptions
 from decode.prompts import check_context, encode_prompt, read_prompts
-from decode.sampling import SamplingParams
+from decode.runners import HFRunner, runner_for
 from decode.speculative import Stats, generate
 from decode.targets import (
     check_device,
@@ -76,25 +76,6 @@ def parse_args(argv=None) -> BenchConfig:
     return cli.parse(BenchConfig, argv, __doc__)
 
 
-def _hf_assisted(target, draft, ids, cfg: BenchConfig, sampling: SamplingParams, seed: int, eos: tuple[int, ...]):
-    """transformers' assisted generation at the same γ and schedule as ours, on a fresh copy of the assistant's
-    generation config before every call (decode.draft_folder.assistant_config says why)."""
-    draft.generation_config = assistant_config(draft.generation_config, cfg.gamma, cfg.schedule,
-                                               _hf_confidence(cfg))
-    kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=cfg.max_new_tokens, assistant_model=draft,
-                  eos_token_id=list(eos), pad_token_id=eos[0] if eos else None)  # stop where our decoder stops
-    if not sampling.greedy:
-        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p)
-    x = torch.tensor([ids], device=target.device)
-    torch.manual_seed(seed)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        y = target.generate(x, attention_mask=torch.ones_like(x), **kwargs)
-    if target.device.type == "cuda":
-        torch.cuda.synchronize()
-    return y[0, len(ids):].tolist(), time.perf_counter() - t0
-
-
 def is_head(draft) -> bool:
     """A loaded draft (decode.targets.Draft) that is a feature head."""
     return draft is not None and isinstance(draft.model, FeatureHead)
@@ -133,11 +114,6 @@ def hf_skip_reason(draft, cfg: DecodeOptions) -> str | None:
     return None
 
 
-def _hf_confidence(cfg: BenchConfig) -> float:
-    """transformers' assistant_confidence_threshold for our schedule: ours for dynamic, none otherwise."""
-    return cfg.confidence if cfg.schedule == "dynamic" else 0.0
-
-
 def _rate(tokens: int, seconds: float) -> float:
     return round(tokens / seconds, 3) if seconds else 0.0
 
@@ -172,49 +148,72 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     eos = eos_ids(target, tok)
     device = str(target.device)
 
-    def ours(draft, ids, cfg, seed):
+    def ours(draft, ids, cfg, seed, n=first.max_new_tokens):
         gen = torch.Generator(device=device).manual_seed(seed)
         if cfg is None:  # the target alone through the same loop (no draft, no lookup: γ = 0)
-            return generate(target, None, ids, first.max_new_tokens, alone, eos_token_ids=eos, generator=gen)
+            return generate(target, None, ids, n, alone, eos_token_ids=eos, generator=gen)
         # no draft but a lookup: prompt-lookup decoding on its own
-        return generate(target, draft.model if draft is not None else None, ids, first.max_new_tokens, cfg,
+        return generate(target, draft.model if draft is not None else None, ids, n, cfg,
                         eos_token_ids=eos, vocab_map=draft.vocab_map if draft is not None else None, generator=gen)
 
     # plain transformers cannot use a reduced-vocab draft or a feature head, and verifies one candidate per position
     hf_skip = [hf_skip_reason(d, c) if hf else None for d, c, hf in runs]
     do_hf = [hf and why is None for (_, _, hf), why in zip(runs, hf_skip)]
+    # transformers' plain generate: the anchor row, and what its assisted generation is compared with
+    hf_anchor = any(hf for _, _, hf in runs)
+    hf_gen = {"tokens": 0, "seconds": 0.0}
 
     # --- warm-up: every path once, not timed
     ours(None, encoded[0], None, 0)
+    if hf_anchor:
+        hf_generate(target, encoded[0], first.max_new_tokens, sampling, 0, eos)
     for (draft, cfg, _), hf_on in zip(runs, do_hf):
         ours(draft, encoded[0], cfg, 0)
         if hf_on:
-            _hf_assisted(target, draft.model, encoded[0], cfg, sampling, 0, eos)
+            hf_generate(target, encoded[0], first.max_new_tokens, sampling, 0, eos, draft.model, cfg)
+
+    # --- the lossless rule for this target (decode.lossless): exact in float32; in bf16/fp16 near-ties within ε
+    ours_runner, hf_runner = runner_for(target), HFRunner(target)
+    calibrate = sampling.greedy and lossless.rule_for(target.dtype) == "numeric"
+    seqs = [(ids + ours(None, ids, None, 0)[0], len(ids)) for ids in encoded[:lossless.CALIBRATION_PROMPTS]
+            ] if calibrate else []
+    rule, eps = lossless.rule_and_epsilon(target.dtype, [ours_runner] + ([hf_runner] if hf_anchor else []), seqs,
+                                          {n for _, c, _ in runs for n in lossless.verify_sizes(c)})
 
     # --- timed runs, interleaved prompt by prompt so machine noise hits every path alike
     base = Stats()
     base_cat: dict[str, Stats] = defaultdict(Stats)
-    acc = [{"spec": Stats(), "cat": defaultdict(Stats), "prompts": defaultdict(int), "lossless": True,
+    acc = [{"spec": Stats(), "cat": defaultdict(Stats), "prompts": defaultdict(int),
+            "verdict": lossless.Verdict(rule, eps), "hf_verdict": lossless.Verdict(rule, eps),
             "hf": {"tokens": 0, "seconds": 0.0, "matches_target": 0}} for _ in runs]
     for i, (row, ids) in enumerate(zip(rows, encoded)):
         seed = first.seed + i
         ref, s0 = ours(None, ids, None, seed)
         base += s0
         base_cat[row["category"]] += s0
+        if hf_anchor:
+            ref_hf, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos)
+            hf_gen["tokens"] += len(ref_hf)
+            hf_gen["seconds"] += secs
         for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
             out, s1 = ours(draft, ids, cfg, seed)
             a["spec"] += s1
             a["cat"][row["category"]] += s1
             a["prompts"][row["category"]] += 1
-            if sampling.greedy and out != ref:
-                a["lossless"] = False
-                print(f"warning: prompt {row['id']}: speculative output of {cfg.draft} (γ={cfg.gamma}) differs from "
-                      "the target alone", file=sys.stderr)
+            if sampling.greedy:  # ours against ours; after an excused divergence, ours again from ref's prefix
+                bad = lossless.check_prompt(a["verdict"], row["id"], ours_runner, ids, ref, out,
+                                            partial(ours, draft, cfg=cfg, seed=seed), first.max_new_tokens)
+                _warn(bad, row, cfg, "speculative output", "the target alone")
             if hf_on:
-                y, secs = _hf_assisted(target, draft.model, ids, cfg, sampling, seed, eos)
+                y, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, draft.model, cfg)
                 a["hf"]["tokens"] += len(y)
                 a["hf"]["seconds"] += secs
-                a["hf"]["matches_target"] += int(y == ref)
+                a["hf"]["matches_target"] += int(y == ref_hf)
+                if sampling.greedy:  # transformers' assisted against transformers' own generate
+                    bad = lossless.check_prompt(a["hf_verdict"], row["id"], hf_runner, ids, ref_hf, y, partial(
+                        hf_generate, target, sampling=sampling, seed=seed, eos=eos, draft=draft.model, cfg=cfg),
+                        first.max_new_tokens)
+                    _warn(bad, row, cfg, "transformers' assisted generation", "transformers' generate")
             if log:
                 lookup = f" lookup {cfg.lookup}" if cfg.lookup else ""
                 lookup += f" top-{cfg.candidates}" if cfg.candidates > 1 else ""
@@ -224,6 +223,8 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     # --- cost model inputs on this device (once per draft), and its prediction next to the measurement
     results, lat_cache = [], {}
     b = base.as_dict()
+    hf_row = ({"tokens": hf_gen["tokens"], "seconds": round(hf_gen["seconds"], 4),
+               "tokens_per_s": _rate(hf_gen["tokens"], hf_gen["seconds"])} if hf_anchor else None)
     for (draft, cfg, _), hf_on, why, a in zip(runs, do_hf, hf_skip, acc):
         key = (id(draft), cfg.draft_weights)
         if key not in lat_cache:
@@ -231,14 +232,21 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
             gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma + c.candidates - 1 for d, c, _ in runs if d is draft)})
             lat_cache[key] = latency.measure(target, draft.model, gammas, draft_weights=cfg.draft_weights)
         results.append(_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why),
-                              lat_cache[key], sampling.greedy))
+                              lat_cache[key], sampling.greedy, hf_row))
     return results
 
 
+def _warn(bad: str | None, row: dict, cfg: BenchConfig, what: str, reference: str) -> None:
+    """A divergence the lossless rule did not excuse, on stderr (the result's `divergences` hold it too)."""
+    if bad:
+        print(f"warning: prompt {row['id']}: {what} of {cfg.draft} (γ={cfg.gamma}) differs from {reference}: {bad}",
+              file=sys.stderr)
+
+
 def _entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prompts: int, b: dict, base_cat: dict, a: dict,
-           hf_run: tuple[bool, str | None], lat: dict, greedy: bool) -> dict:
+           hf_run: tuple[bool, str | None], lat: dict, greedy: bool, hf_row: dict | None = None) -> dict:
     """One result dict (docs/architecture.md) from the accumulated stats of a run. hf_run: (transformers' assisted
-    generation ran, why it did not where it was asked for)."""
+    generation ran, why it did not where it was asked for); hf_row: transformers' plain generate (the anchor)."""
     spec, hf = a["spec"], a["hf"]
     hf_on, hf_skipped = hf_run
     s = spec.as_dict()
@@ -261,17 +269,21 @@ def _entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prompts: i
         "candidates": cfg.candidates,
         "draft_weights": cfg.draft_weights,
         "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s")},
+        "hf_generate": hf_row,  # transformers' own target alone, same prompts: the anchor, and hf_assisted's reference
         "speculative": s,
         "hf_assisted": (
             {"tokens": hf["tokens"], "seconds": round(hf["seconds"], 4), "tokens_per_s": hf_rate,
-             "outputs_matching_target": hf["matches_target"], "num_assistant_tokens": cfg.gamma,
-             "assistant_confidence_threshold": _hf_confidence(cfg)}
+             "outputs_matching_target": hf["matches_target"],  # equal to transformers' own generate
+             "num_assistant_tokens": cfg.gamma, "assistant_confidence_threshold": hf_confidence(cfg),
+             **({"lossless": a["hf_verdict"].lossless, "excused_divergences": len(a["hf_verdict"].excused_margins),
+                 "divergences": a["hf_verdict"].divergences} if greedy else {})}
             if hf_on else None
         ),
         "hf_assisted_skipped": hf_skipped,
         "speedup": round(speedup, 4),
         "speedup_vs_hf_assisted": round(s["tokens_per_s"] / hf_rate, 4) if hf_on and hf_rate else None,
-        "lossless": a["lossless"] if greedy else None,
+        # lossless under decode.lossless's rule for this dtype; `lossless_rule`, `epsilon`, excused divergences
+        **(a["verdict"].as_dict() if greedy else {"lossless": None, "lossless_rule": None}),
         "per_category": _per_category(a, base_cat),
         "cost_model": _cost_model(cfg, spec, b, lat, speedup),
     }
@@ -379,8 +391,10 @@ def _device_name(device: str) -> str:
 def summary(r: dict) -> str:
     """The result's headline numbers in one line (the JSON, last on stdout, holds everything)."""
     s, hf = r["speculative"], r["hf_assisted"]
-    text = (f"γ={r['gamma']}: α {s['acceptance_rate']:.3f}, τ {s['tau']:.2f}, lossless {r['lossless']}; tokens/s: "
-            f"target alone {r['baseline']['tokens_per_s']:.1f}, speculative {s['tokens_per_s']:.1f}")
+    text = (f"γ={r['gamma']}: α {s['acceptance_rate']:.3f}, τ {s['tau']:.2f}, lossless {lossless.describe(r)}; "
+            f"tokens/s: target alone {r['baseline']['tokens_per_s']:.1f}, speculative {s['tokens_per_s']:.1f}")
+    if r.get("hf_generate"):
+        text += f", transformers generate {r['hf_generate']['tokens_per_s']:.1f}"
     if hf:
         text += f", transformers assisted {hf['tokens_per_s']:.1f}"
     elif r.get("hf_assisted_skipped"):

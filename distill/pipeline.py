@@ -290,16 +290,25 @@ def train_one(cfg: PipelineConfig, out: Path, t, command: str) -> None:
 
 
 def ship(out: Path, result: dict) -> dict | None:
-    """Copy the draft with the highest measured speedup (lossless) to RUN/draft: what publish takes."""
+    """Copy the draft with the highest measured speedup to RUN/draft (what publish takes) when its greedy output was
+    lossless by decode.lossless's rule for the target's dtype: token for token in float32; in bf16/fp16 up to
+    near-ties of the target's logits within the calibrated ε (counted in `excused_divergences`). A divergence
+    outside ε, or a run not checked (sampling), ships nothing, and says why."""
     b = result.get("best")
-    if not b or not b.get("lossless", True) or not Path(b["draft"]).is_dir():
+    if not b or not Path(b["draft"]).is_dir():
+        return None
+    if b.get("lossless") is not True:
+        why = ("its output differed from the target alone beyond the lossless rule" if b.get("lossless") is False
+               else "losslessness was not checked (sampled decoding)")
+        print(f"pipeline: ships no draft: the best one, {b['draft']}, is not proven lossless ({why}); see the report")
         return None
     dest = out / "draft"
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(b["draft"], dest)
     return {"kind": b.get("kind"), "from": b["draft"], "folder": str(dest), "speedup": b["speedup"],
-            "acceptance_rate": b["acceptance_rate"], "tau": b["tau"], "gamma": b["gamma"]}
+            "acceptance_rate": b["acceptance_rate"], "tau": b["tau"], "gamma": b["gamma"],
+            "lossless_rule": b.get("lossless_rule", "exact"), "excused_divergences": b.get("excused_divergences", 0)}
 
 
 def has_weights(folder: Path) -> bool:

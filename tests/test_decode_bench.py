@@ -11,7 +11,8 @@ pytestmark = pytest.mark.usefixtures("torch_single_thread")
 # docs/architecture.md, "Evaluation folder and result JSON"
 RESULT_KEYS = set(
     "target draft device dtype prompts max_new_tokens temperature gamma schedule baseline speculative hf_assisted"
-    " speedup speedup_vs_hf_assisted lossless per_category cost_model".split()
+    " speedup speedup_vs_hf_assisted lossless per_category cost_model"
+    " hf_generate lossless_rule epsilon excused_divergences excused_margins".split()  # decode.lossless's verdict
 )
 SPEC_KEYS = set(
     "tokens seconds tokens_per_s acceptance_rate tau target_forwards draft_forwards accept_histogram".split()
@@ -58,7 +59,8 @@ def test_bench_result_schema_and_lossless(tmp_path, tiny_llama, tiny_tokenizer, 
     assert (
         set(r["baseline"]) == {"tokens", "seconds", "tokens_per_s"} and SPEC_KEYS <= r["speculative"].keys()
     )
-    assert r["lossless"] is True
+    assert r["lossless"] is True and (r["lossless_rule"], r["epsilon"], r["excused_divergences"]) == ("exact", 0.0, 0)
+    assert r["hf_generate"]["tokens"] == r["baseline"]["tokens"]  # transformers' own target alone: the same outputs
     s = r["speculative"]
     assert s["tokens"] == r["baseline"]["tokens"] < 3 * MAX_NEW  # the first prompt stops at EOS
     assert sum(s["accept_histogram"]) == s["rounds"] and s["target_forwards"] == s["rounds"] + 3

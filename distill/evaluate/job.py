@@ -9,8 +9,9 @@ model's prediction next to the measurement, per prompt category, plus the anchor
 Writes EVAL_DIR/report.json (one entry per draft × γ, the result schema of docs/architecture.md), report.md and PNG plots.
 A draft that does not load is skipped and listed ("skipped DRAFT: reason"); with none left the job fails. Timings
 that cannot be right (timing.py) are named at the top of report.md and in the headline.
-Anchors, under the same settings: the target alone (in every entry), transformers' assisted generation with
-the same draft, transformers' prompt-lookup decoding, and an untrained draft cut from the same target layers;
+Anchors, under the same settings: the target alone (in every entry; transformers' own generate too), transformers'
+assisted generation with the same draft (judged against transformers' generate), transformers' prompt-lookup
+decoding, and an untrained draft cut from the same target layers;
 with --anchors vllm also vLLM's target alone, vLLM with each draft (draft_model; eagle3 for a feature head) and
 vLLM's n-gram lookup.
 

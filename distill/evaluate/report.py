@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from decode import cli
+from decode import cli, lossless
 from decode.errors import UserError
 from distill.evaluate import timing
 from distill.evaluate.kinds import kind
@@ -28,6 +28,8 @@ def best(entries: list[dict]) -> dict | None:
             "candidates": e.get("candidates", 1), "speedup": e["speedup"],
             "acceptance_rate": e["speculative"]["acceptance_rate"], "tau": e["speculative"]["tau"],
             "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
+            # the rule lossless was judged by (decode.lossless), its ε and the near-ties it excused; absent in old reports
+            **{k: e[k] for k in ("lossless_rule", "epsilon", "excused_divergences", "excused_margins") if k in e},
             # the cost model checked where it matters: (predicted - measured) / measured at the best measured γ
             "prediction_error": _error(e["cost_model"]["predicted_speedup"], e["speedup"]),
             **_in_run_error(e),
@@ -80,7 +82,7 @@ def headline(result: dict) -> str:
     return (f"{timing.headline_note(result)}best draft {b['draft']} ({what}γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
             f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}{_in_run_note(b)}), "
             f"α={b['acceptance_rate']}, τ={b['tau']}, "
-            f"lossless={b['lossless']}{skipped}; report: {result.get('output')}/report.md")
+            f"lossless={lossless.describe(b)}{skipped}; report: {result.get('output')}/report.md")
 
 
 def _in_run_note(b: dict) -> str:
@@ -101,15 +103,19 @@ def markdown(result: dict, pngs: list[str]) -> str:
     lines += [warn, ""] if warn else []
     if entries:
         e0 = entries[0]
+        hfg = e0.get("hf_generate")  # transformers' own target alone, same prompts: an anchor for every device
         lines += [f"Device: {e0['device']}, dtype {e0['dtype']}, max_new_tokens {e0['max_new_tokens']}, "
-                  f"temperature {e0['temperature']}, schedule {e0['schedule']}.", "",
+                  f"temperature {e0['temperature']}, schedule {e0['schedule']}." + (
+                      f" Target alone: {_f(e0['baseline']['tokens_per_s'], 1)} tokens/s here, "
+                      f"{_f(hfg['tokens_per_s'], 1)} with transformers' generate." if hfg else ""), "",
                   "| draft | design | step | γ | α | τ | target tok/s | spec tok/s | speedup | predicted | vs HF assisted | c | lossless |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for e in entries:
             s, cm = e["speculative"], e["cost_model"]
             lines.append(f"| {e['label']} | {design_text(e)} | {_f(e.get('step'))} | {e['gamma']} | {_f(s['acceptance_rate'])} | {_f(s['tau'], 2)} | "
                          f"{_f(e['baseline']['tokens_per_s'], 1)} | {_f(s['tokens_per_s'], 1)} | **{_f(e['speedup'], 2)}×** | "
-                         f"{_f(cm['predicted_speedup'], 2)}× | {_f(e['speedup_vs_hf_assisted'], 2)} | {_f(cm['c'])} | {e['lossless']} |")
+                         f"{_f(cm['predicted_speedup'], 2)}× | {_f(e['speedup_vs_hf_assisted'], 2)} | {_f(cm['c'])} | "
+                         f"{lossless.describe(e)} |")  # bf16/fp16: with the near-ties excused and ε
         b = result.get("best")
         if b:
             top = next(e for e in entries if e["label"] == b["label"] and e["gamma"] == b["gamma"])
@@ -201,10 +207,12 @@ def log_wandb(result: dict, pngs: list[Path], project: str, out: Path) -> None:
 
     offline_without_key()
     run = wandb.init(project=project, job_type="eval", dir=str(out), config=result["config"])
-    cols = ["draft", "kind", "step", "gamma", "acceptance_rate", "tau", "speedup", "predicted_speedup", "c", "lossless"]
+    cols = ["draft", "kind", "step", "gamma", "acceptance_rate", "tau", "speedup", "predicted_speedup", "c", "lossless",
+            "excused_divergences"]
     table = wandb.Table(columns=cols, data=[
         [e["label"], kind(e), e.get("step"), e["gamma"], e["speculative"]["acceptance_rate"], e["speculative"]["tau"], e["speedup"],
-         e["cost_model"]["predicted_speedup"], e["cost_model"]["c"], e["lossless"]] for e in result["entries"]])
+         e["cost_model"]["predicted_speedup"], e["cost_model"]["c"], e["lossless"], e.get("excused_divergences")]
+        for e in result["entries"]])
     run.log({"eval/report": table, **{f"eval/{p.stem}": wandb.Image(str(p)) for p in pngs}})
     if result.get("best"):
         run.summary.update({f"eval/best_{k}": v for k, v in result["best"].items() if isinstance(v, (int, float))})

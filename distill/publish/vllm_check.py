@@ -5,7 +5,7 @@ accept what the bundled decoder accepts. So, on VLLM_PROMPTS fixed prompts (gree
 subprocess under the interpreter that has vLLM (distill/publish/vllm_run.py):
 
     lossless    vLLM with the draft emits exactly vLLM's target alone (low precision: a divergence only at a
-                near-tie of the target's logits, as compat.check_lossless allows);
+                near-tie of the target's logits within a calibrated ε, decode.lossless's rule, as in compat);
     α agrees    vLLM's counters, accepted / drafted tokens, against the bundled decoder's α on the same prompts
                 within `alpha_tolerance` (see there);
     speed       tokens/s with the draft ÷ target alone, same prompts, same process, after a warm-up: stated on
@@ -29,13 +29,14 @@ from pathlib import Path
 
 import torch
 
+from decode import lossless
 from decode.feature_head import is_head_folder
 from decode.options import DecodeOptions
 from decode.prompts import encode_prompt, read_prompts
+from decode.runners import runner_for
 from decode.speculative import generate
 from decode.targets import eos_ids, load_draft
 from distill.publish import servable
-from distill.publish.near_tie import near_tie
 
 RUNNER = Path(__file__).with_name("vllm_run.py")
 PROMPTS_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout.jsonl"
@@ -107,27 +108,25 @@ def alpha_tolerance(n_prompts: int, gamma: int, drafted: int, alpha: float) -> f
     return (1 + alpha) * n_prompts * gamma * (gamma + 1) / 2 / max(drafted, 1) + NUMERICS_ALLOWANCE
 
 
-def first_divergence(ref: list[list[int]], out: list[list[int]]) -> tuple[int, int] | None:
-    """(prompt index, new-token index) of the first difference, or None when equal."""
-    for p, (a, b) in enumerate(zip(ref, out)):
-        if a != b:
-            return p, next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return None
-
-
-def compare(result: dict, ours: dict, gamma: int, excused=None) -> tuple[bool, str, dict]:
+def compare(result: dict, ours: dict, gamma: int, rule: str = "exact", epsilon: float = 0.0,
+            margin=None) -> tuple[bool, str, dict]:
     """(ok, detail, numbers) from vLLM's RESULT and our_run's totals on the same prompts.
 
-    excused(p, ref, out, i) -> bool, when given, excuses a divergence at a low-precision near-tie.
+    Every prompt's output with the draft is judged against vLLM's target alone by decode.lossless's `rule`:
+    margin(p, ref) -> the margin function (i, token) of prompt p (lossless.margin_fn), which the numeric rule needs
+    to excuse a near-tie within `epsilon`. vLLM is not rerun from the target's prefix after an excused divergence
+    (two more engine loads): the rest of that prompt is counted in numbers' `unchecked_tokens`.
     """
     alone, spec = result["target_alone"], result["speculative"]
     n = len(alone["outputs"])
     problems = []
-    div = first_divergence(alone["outputs"], spec["outputs"])
-    if div is not None and not (excused and excused(div[0], alone["outputs"][div[0]], spec["outputs"][div[0]], div[1])):
-        p, i = div
-        problems.append(f"vLLM with the draft differs from vLLM's target alone at new token {i} of prompt {p}: "
-                        f"{spec['outputs'][p][i:i + 5]} vs {alone['outputs'][p][i:i + 5]}")
+    verdict = lossless.Verdict(rule, epsilon)
+    for p, (ref, out) in enumerate(zip(alone["outputs"], spec["outputs"])):
+        div = verdict.add(str(p), lossless.judge(ref, out, rule, epsilon, margin(p, ref) if margin else None))
+        if div is not None and len(verdict.divergences) == 1:
+            why = f" (margin {div['margin']} > ε {epsilon:.3g})" if rule == "numeric" and div["margin"] is not None else ""
+            problems.append(f"vLLM with the draft differs from vLLM's target alone at new token {div['at']} of prompt "
+                            f"{p}: {div['out']} vs {div['ref']}{why}")
     if not spec["draft_tokens"]:
         problems.append("vLLM drafted no tokens: the draft was not used")
     alpha = spec["accepted"] / spec["draft_tokens"] if spec["draft_tokens"] else 0.0
@@ -145,11 +144,14 @@ def compare(result: dict, ours: dict, gamma: int, excused=None) -> tuple[bool, s
         "tokens_per_s": round(tps, 2), "baseline_tokens_per_s": round(base, 2),
         "speedup": round(tps / base, 3) if base else None, "ours_acceptance_rate": round(alpha_ours, 4),
         "ours_tau": round((ours["accepted"] + ours["rounds"]) / ours["rounds"], 3) if ours["rounds"] else None,
-        "alpha_tolerance": round(tol, 4), "lossless": div is None, "rounds": spec["drafts"],
+        "alpha_tolerance": round(tol, 4), **verdict.as_dict(), "rounds": spec["drafts"],
+        "outputs_identical": alone["outputs"] == spec["outputs"],
         "ours_rounds": ours["rounds"], "drafted": spec["draft_tokens"], "ours_drafted": ours["proposed"],
     }
+    excused = (f" but for {len(verdict.excused_margins)} near-tie(s) within ε {epsilon:.3g} (the rest of those prompts "
+               f"unchecked: {verdict.unchecked} tokens)" if verdict.excused_margins else "")
     detail = (f"vLLM {numbers['vllm']}, γ={gamma}, {n} prompts × {result.get('max_tokens')} tokens: greedy output "
-              f"equals its target alone; α {alpha:.3f} vs bundled decoder {alpha_ours:.3f} (±{tol:.3f}); "
+              f"equals its target alone{excused}; α {alpha:.3f} vs bundled decoder {alpha_ours:.3f} (±{tol:.3f}); "
               f"{tps:.1f} vs {base:.1f} tokens/s = {numbers['speedup']}×")
     return (not problems), ("; ".join(problems) if problems else detail), numbers
 
@@ -191,7 +193,12 @@ def prove(folder: Path, target_path: str, target, tokenizer, gamma: int, python:
     draft = load_draft(str(folder), target, tokenizer, device=str(target.device))
     ours = our_run(target, tokenizer, draft.model, draft.vocab_map, prompts, VLLM_NEW_TOKENS, gamma)
 
-    ok, detail, numbers = compare(result, ours, gamma, lambda p, ref, out, i: near_tie(target, prompts[p], ref, out, i))
+    # low precision: near-ties within the ε of our target's own forward paths are excused (decode.lossless)
+    runner = runner_for(target)
+    rule, eps = lossless.rule_and_epsilon(target.dtype, [runner], [(ids + out, len(ids)) for ids, out in zip(
+        prompts[:lossless.CALIBRATION_PROMPTS], ours["outputs"])], lossless.verify_sizes(DecodeOptions(gamma=gamma)))
+    ok, detail, numbers = compare(result, ours, gamma, rule, eps,
+                                  lambda p, ref: lossless.margin_fn(runner, prompts[p], ref))
     return ("ok" if ok else "fail"), detail, {**numbers, "method": how}
 
 

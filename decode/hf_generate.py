@@ -1,0 +1,41 @@
+"""transformers' own decoding of a target, for decode.bench's anchors: plain `generate` (the target alone, and the
+reference its assisted generation is compared with) and assisted generation with a draft at our γ and schedule."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from decode.draft_folder import assistant_config
+from decode.options import DecodeOptions
+from decode.sampling import SamplingParams
+
+
+def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: int, eos: tuple[int, ...], draft=None,
+                cfg: DecodeOptions | None = None) -> tuple[list[int], float]:
+    """transformers' plain `generate` (draft None), or its assisted generation at cfg's γ and schedule, on a fresh
+    copy of the assistant's generation config before every call (decode.draft_folder.assistant_config says why):
+    (at most n new tokens, seconds)."""
+    kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=n,
+                  # stop where our decoder stops (none at all: transformers fails on an empty list)
+                  eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else None)
+    if draft is not None:
+        draft.generation_config = assistant_config(draft.generation_config, cfg.gamma, cfg.schedule,
+                                                   hf_confidence(cfg))
+        kwargs["assistant_model"] = draft
+    if not sampling.greedy:
+        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p)
+    x = torch.tensor([ids], device=target.device)
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        y = target.generate(x, attention_mask=torch.ones_like(x), **kwargs)
+    if target.device.type == "cuda":
+        torch.cuda.synchronize()
+    return y[0, len(ids):].tolist(), time.perf_counter() - t0
+
+
+def hf_confidence(cfg: DecodeOptions) -> float:
+    """transformers' assistant_confidence_threshold for our schedule: ours for dynamic, none otherwise."""
+    return cfg.confidence if cfg.schedule == "dynamic" else 0.0
