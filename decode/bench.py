@@ -10,6 +10,9 @@ proposals and speedup_vs_hf_assisted measures decoder overhead alone. transforme
 (EAGLE-3 style, decode.feature_head), a reduced-vocabulary draft or top-K candidates; the result then says why
 (`hf_assisted_skipped`). A feature head folder is one more --draft: α, τ, c (its step, feature_head.HeadRunner,
 against the target's) and v(γ) as for any draft, one chain (candidates 1) with its own weights (no --draft-weights).
+`lossless` is decode.lossless's rule for the target's dtype (float32: token for token; bf16/fp16: divergences
+excused only at near-ties within an ε calibrated here, counted in the result): ours is judged against our target
+alone, transformers' assisted generation against transformers' own generate (timed too: the hf_generate row).
 The result JSON (docs/architecture.md) is written to --out and printed as the last stdout line.
 """
 
