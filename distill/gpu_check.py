@@ -111,12 +111,14 @@ def steps(out: Path, shape: str) -> list[tuple[str, str, list[str], callable]]:
     bench = [py, "-m", "decode.bench", "--target", target, "--load-format", "dummy", "--prompts", str(HELDOUT),
              *BENCH[shape]]
     cpu = not torch.cuda.is_available()  # the accelerate config's bf16 mixed precision is for GPUs
-    zero2 = [py, "-m", "accelerate.commands.launch", "--config_file", "configs/accelerate/zero2.yaml",
+    zero2 = [py, "-m", "accelerate.commands.launch", "-q", "--config_file", "configs/accelerate/zero2.yaml",
              "--num_processes", "1", *(["--mixed_precision", "no"] if cpu else []), "distill/train.py",
              "--config", "configs/train/default.yaml", "--target", str(run / "target"), "--data", str(run / "collect"),
              "--eval-data", str(run / "heldout"), "--output", str(out / "zero2"), "--max-steps", str(ZERO2_STEPS),
              "--eval-every", str(ZERO2_STEPS), "--save-every", str(ZERO2_STEPS), "--log-every", "1",
-             "--eval-rows", "16", "--report-to", "none", *(["--precision", "fp32"] if cpu else [])]
+             "--eval-rows", "16", "--report-to", "none",
+             "--copy-circuit", "false",  # the pipeline leaves it out on this shape too (llama3 RoPE), with a note
+             *(["--precision", "fp32"] if cpu else [])]
     return [
         ("bench-self", "bench, the target as its own draft",
          [*bench, "--draft", "default", "--out", str(out / "bench-self.json")], lambda: bench_numbers(out / "bench-self.json")),
@@ -167,9 +169,11 @@ def run_step(name: str, cmd: list[str], timeout: int, logs: Path) -> tuple[str, 
     return ("ok" if rc == 0 else f"failed (exit {rc})"), time.perf_counter() - t0
 
 
-def last_line(path: Path) -> str:
+def error_line(path: Path) -> str:
+    """A failed step's reason: its `error:` line (the jobs' one-line errors), else its last line."""
     lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()] if path.is_file() else []
-    return lines[-1][:160] if lines else ""
+    errors = [x for x in lines if x.startswith("error:")]
+    return (errors or lines or [""])[-1][:200]
 
 
 def table(rows: list[dict]) -> str:
@@ -194,7 +198,7 @@ def run(cfg: GpuCheckConfig, argv=None) -> list[dict]:
         try:
             found = numbers()
         except Exception as e:  # noqa: BLE001 - a step's missing or partial output is reported, not raised
-            found = str(e) if status == "ok" else last_line(out / "logs" / f"{name}.log")
+            found = str(e) if status == "ok" else error_line(out / "logs" / f"{name}.log")
             status = status if status != "ok" else "failed"
         rows.append({"step": name, "device": dev, "what": what, "numbers": found, "seconds": seconds, "status": status})
         print(f"   {status} in {seconds:.1f}s: {found}", flush=True)

@@ -73,3 +73,33 @@ def test_missing_config_and_missing_weights_name_the_fix(tiny_shape, tmp_path):
             targets.load_target(str(empty), load_format=fmt)
     with pytest.raises(UserError, match="--load-format must be one of auto, dummy"):
         bench.parse_args(["--load-format", "random"])
+
+
+def test_pipeline_writes_the_dummy_target_once_and_wires_every_stage_to_it(tiny_shape, tmp_path, monkeypatch):
+    from distill import pipeline
+
+    folder, _ = tiny_shape
+    seen = []
+    monkeypatch.setattr(pipeline, "run_stages", lambda cfg, out, stages, command: seen.append(stages) or ({}, {}))
+    monkeypatch.setattr(pipeline, "headline", lambda result: "")
+    out = tmp_path / "run"
+    argv = ["--target", str(folder), "--load-format", "dummy", "--output", str(out), "--designs", "[standalone]"]
+    for _ in range(2):  # the rerun reuses RUN/target
+        pipeline.main(argv)
+    written = out / "target"
+    assert (written / "model.safetensors").is_file() and (written / "tokenizer.json").is_file()
+    for c, h, trains, _, e in seen:
+        assert {c.target, h.target, e.target, *(t.target for t in trains)} == {str(written)}
+        assert c.load_format == "auto"  # the stages read the written weights
+    assert json.loads((out / "pipeline.config.json").read_text())["target"] == str(folder)
+
+
+def test_jobs_refuse_dummy_where_vllm_would_load_the_weights():
+    from distill.collect.job import CollectConfig
+    from distill.evaluate.job import EvalConfig
+
+    with pytest.raises(UserError, match="use --engine hf"):
+        CollectConfig(engine="vllm", load_format="dummy")
+    assert CollectConfig(engine="auto", load_format="dummy").resolved_engine() == "hf"
+    with pytest.raises(UserError, match="use --anchors hf"):
+        EvalConfig(drafts=["layers:0"], anchors="vllm", load_format="dummy")
