@@ -218,7 +218,7 @@ def dummy_model(spec: str, dtype: str | torch.dtype | None = "auto", device: str
     except (OSError, ValueError) as e:
         raise UserError(f"could not load {spec!r} (--load-format dummy needs its config.json and tokenizer files): "
                         f"{str(e).splitlines()[0]}") from None
-    cuda = [first] if first.startswith("cuda") else []
+    cuda = [torch.device(first).index or 0] if first.startswith("cuda") else []
     with torch.random.fork_rng(devices=cuda), torch.device(first):  # the caller's RNG streams stay untouched
         torch.manual_seed(DUMMY_SEED)
         model = AutoModelForCausalLM.from_config(config, dtype=parse_dtype(dtype, first))
