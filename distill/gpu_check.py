@@ -1,6 +1,6 @@
 """The GPU check: this project's GPU paths timed on a real model's shape with random weights, in one command.
 
-    python -m distill.gpu_check --out runs/gpu-check                  # Llama-3.1-8B's shape, bf16: one GPU, < 8 min
+    python -m distill.gpu_check --out runs/gpu-check                  # Llama-3.1-8B's shape, bf16, one GPU: 8 min at most
     python -m distill.gpu_check --out runs/gpu-check-tiny --shape tiny  # the same steps on a 4 x 256 shape (CPU dry run)
 
 Run it in the repository root (it runs configs/ files). It writes OUT/target: the shape's config.json (8b:
@@ -15,8 +15,9 @@ process, with a timeout, on `--load-format dummy` (random weights built on the G
   zero2        a 1-process DeepSpeed ZeRO-2 train of a few steps (accelerate launch) on the pipeline's data and
                its random target (RUN/target)
 
-and prints one table (also OUT/gpu_check.json); each step's output is in OUT/logs/STEP.log. The offline GPU machine
-lacks datasets and deepspeed: `source .gpu-carry/activate` first (../shared/gpu/README.md).
+and prints one table (also OUT/gpu_check.json); each step's output is in OUT/logs/STEP.log. The step timeouts
+(TIMEOUTS) sum to 8 minutes for the 8b shape. A machine without datasets or deepspeed installed fails the steps that
+need them (pipeline, zero2) and says so in their row; on an offline box bring their wheels along.
 """
 
 from __future__ import annotations
