@@ -152,9 +152,11 @@ def pipeline_numbers(run: Path) -> str:
 
 def train_numbers(run: Path) -> str:
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    rates = [m["train/tokens_per_s"] for m in rows if "train/tokens_per_s" in m]
-    steps_done = max((m.get("step", 0) for m in rows), default=0)
-    return f"{steps_done} steps, last {rates[-1] if rates else '?'} tok/s, loss {rows[-1].get('train/loss', '?')}"
+    logged = [m for m in rows if "train/tokens_per_s" in m]  # eval rows carry no train/* metrics
+    if not logged:
+        raise RuntimeError(f"no train/* metrics in {run / 'metrics.jsonl'}")
+    last = logged[-1]
+    return f"{last.get('step')} steps, last {last['train/tokens_per_s']} tok/s, loss {last['train/loss']}"
 
 
 def run_step(name: str, cmd: list[str], timeout: int, logs: Path) -> tuple[str, float]:
@@ -187,12 +189,13 @@ def table(rows: list[dict]) -> str:
 def run(cfg: GpuCheckConfig, argv=None) -> list[dict]:
     out = Path(cfg.out).resolve()
     dev, rows = device_name(), []
+    dtype = "bfloat16" if torch.cuda.is_available() else "float32 (--dtype auto on CPU)"  # decode.targets.parse_dtype
     t0 = time.perf_counter()
     c = write_target(out / "target", cfg.shape, tokenizer_dir())
     n = c.num_hidden_layers * (4 * c.hidden_size * c.head_dim * (c.num_attention_heads + c.num_key_value_heads) // 2
                                + 3 * c.hidden_size * c.intermediate_size) + 2 * c.vocab_size * c.hidden_size
     rows.append({"step": "config", "device": dev, "what": f"{cfg.shape} shape -> {out / 'target'}",
-                 "numbers": f"{c.num_hidden_layers} x {c.hidden_size}, {n / 1e9:.2f}B params, bf16",
+                 "numbers": f"{c.num_hidden_layers} x {c.hidden_size}, {n / 1e9:.2f}B params, runs in {dtype}",
                  "seconds": time.perf_counter() - t0, "status": "ok"})
     for name, what, cmd, numbers in steps(out, cfg.shape):
         status, seconds = run_step(name, cmd, TIMEOUTS[cfg.shape][name], out / "logs")
