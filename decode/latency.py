@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
@@ -32,6 +33,35 @@ def step_latency(model, context: int, n_tokens: int, repeats: int = 10, warmup: 
         if i >= warmup:
             times.append(time.perf_counter() - t0)
         cache.crop(-n_tokens)
+    return sorted(times)[len(times) // 2]
+
+
+def weight_bytes(model) -> int:
+    """Bytes a one-token forward of an HF model must read: every parameter once (a tied head counted once), less
+    an input embedding that is not also the head (a forward reads one row of it)."""
+    params = {p.data_ptr(): p for p in model.parameters()}  # tied tensors share storage
+    total = sum(p.numel() * p.element_size() for p in params.values())
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if emb is not None and (head is None or emb.weight.data_ptr() != head.weight.data_ptr()):
+        total -= emb.weight.numel() * emb.weight.element_size()
+    return total
+
+
+@functools.cache
+@torch.inference_mode()
+def stream_seconds(nbytes: int, device: str, repeats: int = 5) -> float:
+    """Median seconds to read `nbytes` once on `device` (a float32 sum over a buffer that size, on torch's
+    threads, after one warm-up): what streaming the target's weights costs on this machine, the floor of a
+    memory-bound one-token step. Once per process and size (a property of the machine, not of a draft)."""
+    buf = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        buf.sum()
+        _sync(device)
+        if i:
+            times.append(time.perf_counter() - t0)
+    del buf
     return sorted(times)[len(times) // 2]
 
 
@@ -66,15 +96,31 @@ def measure(target, draft, gammas: list[int], context: int = 128, repeats: int =
     head position after a cached context (its HeadRunner; draft_weights do not apply to it)."""
     t1 = step_latency(target, context, 1, repeats)
     d1 = step_latency(draft, context, 1, repeats, weights=draft_weights) if draft is not None else None
+    nbytes = weight_bytes(target)
+    stream = stream_seconds(nbytes, str(runner_for(target).device))
     v = {g: verify_ratio(target, context, g + 1, repeats) for g in sorted(set(gammas)) if g >= 1}
     return {
         "context": context,
         "target_step_ms": round(t1 * 1e3, 3),
+        # the same step against reading the target's weights once on this machine (stream_seconds): near 1 the
+        # step is memory-bound, as a batch-1 step should be; well above 1, time goes to something else
+        "weight_MB": round(nbytes / 1e6, 1),
+        "weight_stream_ms": round(stream * 1e3, 3),
+        "stream_GBps": round(nbytes / stream / 1e9, 2),
+        "target_step_vs_stream": round(t1 / stream, 3),
         "draft_step_ms": round(d1 * 1e3, 3) if d1 is not None else None,
         "c": round(d1 / t1, 4) if d1 is not None else None,
-        # how the target multiplies a single token and a prompt here (decode.runners: the faster of the kernel and
-        # torch's matmul, timed when the runner was built)
+        # how the target multiplies a single token, a prompt and a verification here (decode.runners: the faster of
+        # the kernel and torch's matmul, timed when the runner was built), and which kernel build (decode.smallgemm)
         "target_matmul": {"one_token": getattr(runner_for(target), "one_row", "torch"),
-                          "prompt": getattr(runner_for(target), "prompt", "torch")},
+                          "prompt": getattr(runner_for(target), "prompt", "torch"),
+                          "verify": getattr(runner_for(target), "verify", "torch"),
+                          "kernel_isa": _kernel_isa(runner_for(target))},
         "v": {str(g): round(x, 4) for g, x in v.items()},
     }
+
+
+def _kernel_isa(runner) -> str | None:
+    """Which decode.smallgemm build the runner's kernel paths use (None: no kernel in this runner)."""
+    packed = getattr(getattr(runner, "head", None), "packed", None)
+    return packed.isa if packed is not None else None

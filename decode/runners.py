@@ -14,10 +14,11 @@ gpt-fast: a preallocated KV cache whose rollback is a length change (no torch.ca
 mask or cache-object machinery. On the CPU its weights are pre-transposed into (in, out) layout with q|k|v and
 gate|up fused into one matrix each (at batch 1 and 1-8 tokens, CPU GEMMs run markedly faster that way than
 HF's (out, in) nn.Linear), a second copy of the weights that CPU-sized models afford. Elsewhere (CUDA) it
-multiplies the HF model's own tensors: no copy, so a target that fills the GPU still fits with its runner. On an AVX-512 CPU in float32, forwards of 2-16 tokens (a
-verification) multiply with decode.smallgemm, which reads each weight once whatever the token count; single
-tokens and prompts of up to 256 tokens do too where that beats torch's matmul on the machine at hand (timed once
-per runner). It computes the same function as the HF model; tests check its logits against HF's and its greedy
+multiplies the HF model's own tensors: no copy, so a target that fills the GPU still fits with its runner. On a
+CPU in float32, forwards of 2-16 tokens (a verification) multiply with decode.smallgemm (its AVX-512, AVX2 or
+portable build, whichever the CPU runs best), which reads each weight once whatever the token count (the
+portable build only where it beats torch's matmul there); single tokens and prompts of up to 256 tokens do too
+where that beats torch's matmul on the machine at hand (timed once per runner). It computes the same function as the HF model; tests check its logits against HF's and its greedy
 output against `generate`.
 """
 
@@ -106,7 +107,7 @@ class _Linear:
     """y = x @ W^T + b for one or more nn.Linear layers sharing an input, outputs concatenated.
 
     layout "io" (CPU): W copied into one (in, sum(out)) matrix; 2-16 rows go through decode.smallgemm where it is
-    usable. weights float16 / int8: 1-16 rows multiply weights stored that way (decode.smallgemm; drafts only: it
+    usable (and, for float32, faster: FastLlama.set_paths). weights float16 / int8: 1-16 rows multiply weights stored that way (decode.smallgemm; drafts only: it
     rounds them). Longer inputs (a prompt) use the exact float32 weight.
     layout "hf": the HF layers' own (out, in) tensors, one matmul each (no copy)."""
 
@@ -121,8 +122,10 @@ class _Linear:
             return
         self.w = torch.cat([lin.weight for lin in linears], 0).t().contiguous()  # (in, sum(out)): a copy
         self.packed = smallgemm.Packed(self.w, weights) if small_m else None
+        # the row counts the kernel takes: [MIN_ROWS, MAX_ROWS] (a verification) unless FastLlama.set_paths widens
+        # them (1 row, prompts up to PROMPT_ROWS) or empties them (the kernel loses to torch's matmul here)
         self.min_rows = smallgemm.MIN_ROWS if weights == "float32" else 1
-        self.max_rows = smallgemm.MAX_ROWS  # up to PROMPT_ROWS for float32 where the kernel wins there too
+        self.max_rows = smallgemm.MAX_ROWS
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x: (n, in) -> (n, out)
         if self.parts is not None:
@@ -172,7 +175,8 @@ def _kernel_wins(linears: list[_Linear], rows: int, repeats: int) -> bool:
     """Whether `rows`-token forwards multiply faster through decode.smallgemm than through torch's matmul (MKL),
     timed on these very weights: a pass over all of them each way, alternating, median of `repeats` (the first
     pass of each is a warm-up). Which wins depends on the machine: on one 2-core box MKL was ~20% faster at one
-    row; on another (AMD) the kernel was 1.8x at one row and 1.7x at a 44-token prompt."""
+    row; on another (AMD) the kernel was 1.8x at one row and 1.7x at a 44-token prompt. The portable build
+    is timed at a verification's rows too (the AVX2 and AVX-512 builds win there by design)."""
     xs = [torch.randn(rows, lin.w.shape[0], dtype=lin.w.dtype) for lin in linears]
     times = {False: [], True: []}
     for _ in range(repeats + 1):
@@ -186,6 +190,7 @@ def _kernel_wins(linears: list[_Linear], rows: int, repeats: int) -> bool:
 
 
 PROMPT_ROWS, PROMPT_PROBE = 256, 64  # prompts of up to PROMPT_ROWS tokens may use the kernel, judged at PROMPT_PROBE
+VERIFY_PROBE = 5  # a portable build's verifications (MIN_ROWS..MAX_ROWS tokens) are judged at γ = 4's 5 rows
 
 
 class FastLlama:
@@ -246,30 +251,42 @@ class FastLlama:
         # one-token forwards and prompts (17-256 tokens): rounded weights take the kernel for single tokens and
         # their exact float32 copy for prompts; exact weights take whichever of the kernel and torch's matmul is
         # faster on this machine for each (timed once, here: ~1 s for the default target). The target alone, the
-        # baseline of every speedup, so runs on the fastest path we have, and prefill does too.
-        self.one_row = self.prompt = "torch"
+        # baseline of every speedup, so runs on the fastest path we have, and prefill does too. Verifications
+        # (2-16 tokens) take the avx2 / avx512 kernel always: it reads each weight once where MKL repacks it (v(4)
+        # 1.5-3.2 on an AVX2 EPYC), and a timing on a busy shared box can call two close paths either way. The
+        # portable build is timed at a verification too: plain C++ may lose there.
+        self.one_row = self.prompt = self.verify = "torch"
         if small_m and weights != "float32":
-            self.one_row = "smallgemm"
+            self.one_row = self.verify = "smallgemm"
         elif small_m:
             lin = self.linears()
+            verify = "smallgemm"
+            if self.head.packed.isa == "portable" and not _kernel_wins(lin, VERIFY_PROBE, 5):
+                verify = "torch"
             self.set_paths("smallgemm" if _kernel_wins(lin, 1, 5) else "torch",
-                           "smallgemm" if _kernel_wins(lin, PROMPT_PROBE, 3) else "torch")
+                           "smallgemm" if verify == "smallgemm" and _kernel_wins(lin, PROMPT_PROBE, 3) else "torch",
+                           verify)
 
     def linears(self) -> list[_Linear]:
         return [lin for layer in self.layers for lin in layer if isinstance(lin, _Linear)] + [self.head]
 
-    def set_paths(self, one_row: str, prompt: str = "torch") -> None:
-        """Multiply one-token forwards, and prompts of up to PROMPT_ROWS tokens, with "smallgemm" or "torch"
-        (float32 weights only; 2-16 tokens always take the kernel where it is usable)."""
-        for how in (one_row, prompt):
+    def set_paths(self, one_row: str, prompt: str = "torch", verify: str = "smallgemm") -> None:
+        """Multiply one-token forwards, prompts of up to PROMPT_ROWS tokens and verifications (MIN_ROWS..MAX_ROWS
+        tokens) with "smallgemm" or "torch" (float32 weights only). The kernel's rows must be one range
+        (_Linear.min_rows..max_rows): a prompt on the kernel needs verifications on it too."""
+        for how in (one_row, prompt, verify):
             if how not in ("smallgemm", "torch") or (how == "smallgemm" and self.head.packed is None):
                 raise ValueError(f"matmul path {how!r} is not available here")
         if self.weights != "float32":
             raise ValueError("set_paths is for float32 weights (rounded ones always take the kernel)")
+        if verify == "torch":  # the kernel lost at verification size: it would not win at a prompt's either
+            prompt = "torch"
         for lin in self.linears():
             lin.min_rows = 1 if one_row == "smallgemm" else smallgemm.MIN_ROWS
             lin.max_rows = PROMPT_ROWS if prompt == "smallgemm" else smallgemm.MAX_ROWS
-        self.one_row, self.prompt = one_row, prompt
+            if verify == "torch":  # one row at most (or none: min_rows > max_rows)
+                lin.max_rows = 1
+        self.one_row, self.prompt, self.verify = one_row, prompt, verify
 
     def new_cache(self, max_len: int) -> StaticCache:
         self._rope_table(max_len)

@@ -1,16 +1,20 @@
 """The small-M CPU GEMM used to verify γ + 1 tokens at about the cost of one (decode/csrc/smallgemm.cpp).
 
-    kernel() -> the compiled module, or None where it cannot run (then FastLlama uses torch's matmul)
+    kernel(isa=None) -> the compiled module (chosen_isa()), or None when off or unbuilt (FastLlama: torch's matmul)
     Packed(w_io)(x, bias) -> x @ w_io (+ bias), x: (M, K) with MIN_ROWS <= M <= MAX_ROWS
     Packed(w_io, "float16")  the weight stored as float16 (float32 math): for drafts, at any M up to MAX_ROWS
     Packed(w_io, "int8")     int8 with one float32 scale per output column (float32 math): drafts, a quarter of
                              the bytes; absmax rounding moves a weight by at most half a step (scale / 2)
 
 On a CPU, MKL's GEMM at M = 2..16 repacks the whole weight on every call, so a verification forward cost
-1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.costmodel); this kernel reads each
-weight once per call. It is compiled on first use with torch's C++ extension loader (g++ with AVX-512 needed,
-~1 min once, cached under TORCH_EXTENSIONS_DIR: build_directory()) and is used only for float32 weights on an AVX-512 CPU.
-SPECDISTILL_SMALLGEMM=0 turns it off (to compare, or where no compiler is installed).
+1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.costmodel), 1.5-3.2x on an AVX2 AMD EPYC;
+this kernel reads each weight once per call. It is compiled on first use with torch's C++ extension loader (g++,
+~1 min once per ISA, cached under TORCH_EXTENSIONS_DIR: build_directory()), one build per ISA from the same
+source (ISAS): avx512, avx2 (+ FMA, F16C), or portable C++ for any other CPU; the best this CPU runs is used
+(its /proc/cpuinfo flags), float32 weights only. SPECDISTILL_SMALLGEMM_ISA=avx512|avx2|portable forces one (to
+measure the AVX2 path on an AVX-512 box; an ISA the CPU lacks is an error). SPECDISTILL_SMALLGEMM=0 turns the
+kernel off (to compare, or where no compiler is installed). decode.runners still times it against torch's
+matmul when a runner is built and takes whichever is faster there.
 """
 
 from __future__ import annotations
@@ -32,25 +36,61 @@ WEIGHTS = ("float32", "float16", "int8")  # how a packed weight is stored; all b
 SOURCE = Path(__file__).parent / "csrc" / "smallgemm.cpp"
 
 
-def _cpu_has_avx512() -> bool:
+# ISA -> (the /proc/cpuinfo flags it needs, its compiler flags), best first; the source picks its code path from
+# the flags (decode/csrc/smallgemm.cpp). portable needs nothing: plain C++ that runs on any CPU.
+ISAS = {
+    "avx512": ({"avx512f", "fma"}, ["-mavx512f", "-mfma"]),
+    "avx2": ({"avx2", "fma", "f16c"}, ["-mavx2", "-mfma", "-mf16c"]),
+    "portable": (set(), []),
+}
+ISA_ENV = "SPECDISTILL_SMALLGEMM_ISA"  # forces one of ISAS (tests; the AVX2 path measured on an AVX-512 box)
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none: then only portable runs)."""
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
-    return " avx512f" in flags
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):  # x86 says flags, arm64 Features
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
 
 
-NAME = "specdistill_smallgemm_avx512"
+def runnable_isas() -> list[str]:
+    """The ISAs of ISAS this CPU can run, best first."""
+    flags = cpu_flags()
+    return [isa for isa, (needs, _) in ISAS.items() if needs <= flags]
 
 
-def build_directory() -> Path:
-    """Where the kernel is compiled and cached: TORCH_EXTENSIONS_DIR (or torch's default root), one folder per
-    Python and torch version (an extension built against another torch must not be loaded)."""
+def chosen_isa() -> str:
+    """SPECDISTILL_SMALLGEMM_ISA when set (checked against the CPU), else the best ISA the CPU runs."""
+    forced = os.environ.get(ISA_ENV)
+    if not forced:
+        return runnable_isas()[0]
+    if forced not in ISAS:
+        raise ValueError(f"{ISA_ENV}={forced!r}: give one of {', '.join(ISAS)}")
+    if forced not in runnable_isas():
+        missing = sorted(ISAS[forced][0] - cpu_flags())
+        raise ValueError(f"{ISA_ENV}={forced}: this CPU lacks {', '.join(missing)} (/proc/cpuinfo)")
+    return forced
+
+
+def name(isa: str) -> str:
+    """The extension's module name for one ISA's build."""
+    return f"specdistill_smallgemm_{isa}"
+
+
+def build_directory(isa: str) -> Path:
+    """Where one ISA's kernel is compiled and cached: TORCH_EXTENSIONS_DIR (or torch's default root), one folder
+    per ISA, Python and torch version (an extension built against another torch must not be loaded)."""
     from torch.utils.cpp_extension import get_default_build_root
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return Path(root) / f"{NAME}-{py}-torch{torch.__version__.replace('+', '_')}"
+    return Path(root) / f"{name(isa)}-{py}-torch{torch.__version__.replace('+', '_')}"
 
 
 @contextlib.contextmanager
@@ -71,37 +111,48 @@ def build_lock(folder: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-@functools.cache
-def kernel():
-    """The compiled extension, or None (off by SPECDISTILL_SMALLGEMM=0, no AVX-512, or the build failed: warned)."""
-    if os.environ.get("SPECDISTILL_SMALLGEMM", "1") == "0" or not _cpu_has_avx512():
+def kernel(isa: str | None = None):
+    """The compiled extension for `isa` (default chosen_isa()), or None: off by SPECDISTILL_SMALLGEMM=0, or the
+    build failed (warned). An ISA this CPU lacks, asked for by name or SPECDISTILL_SMALLGEMM_ISA, raises."""
+    if os.environ.get("SPECDISTILL_SMALLGEMM", "1") == "0":
         return None
+    isa = isa or chosen_isa()
+    if isa not in runnable_isas():
+        raise ValueError(f"smallgemm: this CPU cannot run the {isa!r} kernel (it runs {runnable_isas()})")
+    return _build(isa)
+
+
+@functools.cache
+def _build(isa: str):
     try:
         from torch.utils.cpp_extension import load
 
-        folder = build_directory()
+        folder = build_directory(isa)
         with build_lock(folder):
-            return load(
-                NAME,
+            module = load(
+                name(isa),
                 [str(SOURCE)],
-                extra_cflags=["-O3", "-mavx512f", "-mfma", "-fopenmp"],
+                extra_cflags=["-O3", *ISAS[isa][1], "-fopenmp"],
                 extra_ldflags=["-fopenmp"],
                 build_directory=str(folder),
             )
+        assert module.isa() == isa, f"the {isa} build compiled the {module.isa()} path (compiler flags?)"
+        return module
     except Exception as e:  # no compiler, no ninja, ...: decoding still works, with torch's matmul
         warnings.warn(
-            f"specdistill: the small-M GEMM kernel did not build ({type(e).__name__}: {str(e)[:200]}); "
+            f"specdistill: the small-M GEMM kernel ({isa}) did not build ({type(e).__name__}: {str(e)[:200]}); "
             "verification uses torch's matmul (slower on CPU). Install g++ and ninja, or set "
             "SPECDISTILL_SMALLGEMM=0 to silence this.",
-            stacklevel=2,
+            stacklevel=3,
         )
         return None
 
 
 class Packed:
-    """One (in, out) float32 weight packed for the kernel, stored as `weights` (WEIGHTS); call with M rows of input."""
+    """One (in, out) float32 weight packed for the kernel, stored as `weights` (WEIGHTS); call with M rows of input.
+    isa: which build multiplies it (default chosen_isa(); every build packs alike)."""
 
-    def __init__(self, w_io: torch.Tensor, weights: str = "float32"):
+    def __init__(self, w_io: torch.Tensor, weights: str = "float32", isa: str | None = None):
         if weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
         self.n_out = w_io.shape[1]
@@ -110,8 +161,10 @@ class Packed:
             self.scale = (w_io.abs().amax(0) / 127).clamp_min(torch.finfo(torch.float32).tiny).contiguous()  # (N,)
             w_io = torch.round(w_io / self.scale).clamp_(-127, 127).to(torch.int8)
         # (ceil(N / 64), K, 64), in the storage type
-        self.blocks = kernel().pack(w_io.contiguous(), weights == "float16")
-        self._mm = kernel().mm  # looked up once: __call__ runs ~120 times a target forward
+        module = kernel(isa)
+        self.isa = module.isa()  # which build multiplies it
+        self.blocks = module.pack(w_io.contiguous(), weights == "float16")
+        self._mm = module.mm  # looked up once: __call__ runs ~120 times a target forward
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         return self._mm(x.contiguous(), self.blocks, self.n_out, bias, self.scale)

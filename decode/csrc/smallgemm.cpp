@@ -3,12 +3,25 @@
 //
 // Why: at batch 1 the target's forward streams every weight from DRAM once. MKL's GEMV does that at M = 1,
 // but its GEMM at M = 2..16 re-packs the whole weight on every call (read, write, read again), so verifying
-// γ + 1 tokens cost 1.4-2x a one-token step on a 2-core box, which decides whether speculation pays at all.
-// Here the weight is packed once, at load, into column blocks of BLOCK columns, (ceil(N / BLOCK), K, BLOCK), so
-// each block streams contiguously and all M rows are multiplied against it while it is in registers: the
-// weight is read once per call whatever M is (up to ROWS rows per pass; a block re-read from L2 after that).
-// Each output row is accumulated in the same order whatever M is, so a row's result does not depend on how
-// many rows were verified with it.
+// γ + 1 tokens cost 1.4-2x a one-token step on a 2-core box (1.5-3.2x on an AVX2 AMD EPYC), which decides
+// whether speculation pays at all. Here the weight is packed once, at load, into column blocks of BLOCK columns,
+// (ceil(N / BLOCK), K, BLOCK), so each block streams contiguously and all M rows are multiplied against it while
+// it is in registers: the weight is read from DRAM once per call whatever M is (up to ROWS rows per pass; a block
+// re-read from L2 after that).
+// Each output column is a sequential sum over k, one fused multiply-add at a time from zero, whatever M is and
+// whichever ISA below runs it: a row's result does not depend on how many rows were verified with it, and the
+// AVX-512 and AVX2 builds give bitwise the same result (the portable build may differ: no FMA unless its
+// compiler contracts one).
+// One source, three builds (decode/smallgemm.py: one extension per ISA, chosen by the compiler flags):
+//   __AVX512F__            a 64-column block is four 16-float zmm registers; 6 rows x 4 accumulators + 4 weight
+//                          registers fit the 32 registers
+//   __AVX2__ + FMA + F16C  16 ymm registers: the block is taken as four 16-column sub-blocks, one after the other,
+//                          each 2 weight + up to 6 x 2 accumulator + 1 broadcast = 15 registers. A sub-block reads
+//                          its own cache line of each float32 block row (64 bytes), so DRAM still sees one read of
+//                          the weight; the block is walked in chunks of KC rows, all four sub-blocks per chunk
+//                          (accumulators parked in `out` between chunks, which keeps the summation order), so the
+//                          lines a later sub-block needs are still in L1 and the stream stays sequential.
+//   anything else          the same loops in plain C++ for the compiler to vectorise: each weight still read once
 // No software prefetch: each thread streams its blocks contiguously, which the hardware prefetcher follows. An
 // explicit _mm_prefetch 16 block rows ahead made 4-5 rows cost 1.24x one row on an AMD EPYC (the target's 121
 // matmuls timed by row count, 1-5 and 7; without it 1-5 rows cost the same): the step in v(γ) between γ = 2 and 3.
@@ -18,12 +31,19 @@
 // of the bytes, so a 2-layer draft's ~16 MB stays in a 32 MB L3 between its steps of one round.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
-constexpr int BLOCK = 64;     // columns per block: four 16-float AVX-512 registers
-constexpr int ROWS = 6;       // rows per pass: 6 x 4 accumulators + 4 weight registers fit the 32 registers
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+constexpr int BLOCK = 64;     // columns per block (the packed layout, the same for every ISA)
+constexpr int ROWS = 6;       // rows per pass
+
+#if defined(__AVX512F__)
+static const char* kIsa = "avx512";
 
 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 static inline __m512 load16(const at::Half* p) {
@@ -51,6 +71,64 @@ static void block_product(const float* __restrict x, int64_t K, const W* __restr
   for (int r = 0; r < R; ++r)
     for (int q = 0; q < 4; ++q) _mm512_storeu_ps(out + r * BLOCK + 16 * q, acc[r][q]);
 }
+
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+static const char* kIsa = "avx2";
+constexpr int64_t KC = 64;    // block rows per chunk: 64 x 256 bytes = 16 KB of float32 weight, in L1
+
+static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+static inline __m256 load8(const at::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+static inline __m256 load8(const int8_t* p) {  // exact, as above
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+template <int R, typename W>
+static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out) {
+  // x: (R, K) rows, wb: (K, BLOCK) one packed block, out: (R, BLOCK), also the accumulators between chunks
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {
+    const int64_t k1 = std::min(K, k0 + KC);
+    for (int s = 0; s < BLOCK; s += 16) {  // one 16-column sub-block: columns s..s+15
+      __m256 acc[R][2];
+      for (int r = 0; r < R; ++r)
+        for (int q = 0; q < 2; ++q)
+          acc[r][q] = k0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + r * BLOCK + s + 8 * q);
+      for (int64_t k = k0; k < k1; ++k) {
+        const W* wk = wb + k * BLOCK + s;
+        const __m256 w0 = load8(wk), w1 = load8(wk + 8);
+        for (int r = 0; r < R; ++r) {
+          const __m256 xr = _mm256_broadcast_ss(x + r * K + k);
+          acc[r][0] = _mm256_fmadd_ps(xr, w0, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(xr, w1, acc[r][1]);
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int q = 0; q < 2; ++q) _mm256_storeu_ps(out + r * BLOCK + s + 8 * q, acc[r][q]);
+    }
+  }
+}
+
+#else
+static const char* kIsa = "portable";
+
+template <int R, typename W>
+static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out) {
+  // the same order as above (each column summed over k from zero), in loops the compiler vectorises over j
+  float acc[R][BLOCK];
+  std::memset(acc, 0, sizeof(acc));
+  for (int64_t k = 0; k < K; ++k) {
+    const W* wk = wb + k * BLOCK;
+    float w[BLOCK];
+    for (int j = 0; j < BLOCK; ++j) w[j] = static_cast<float>(wk[j]);
+    for (int r = 0; r < R; ++r) {
+      const float xr = x[r * K + k];
+      for (int j = 0; j < BLOCK; ++j) acc[r][j] += xr * w[j];
+    }
+  }
+  std::memcpy(out, acc, sizeof(float) * R * BLOCK);
+}
+#endif
 
 template <typename W>
 using BlockFn = void (*)(const float*, int64_t, const W*, float*);
@@ -129,6 +207,7 @@ torch::Tensor mm(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("isa", [] { return std::string(kIsa); }, "which of the ISA paths above this build compiled");
   m.def("pack", &pack, "pack a (K, N) weight into column blocks (float16 when half; int8 stays int8)");
   m.def("mm", &mm, "x @ w (+ bias) for a few rows against a packed weight (int8: times per-column scales)",
         py::arg("x"), py::arg("packed"), py::arg("n_out"), py::arg("bias"), py::arg("scale") = py::none());
