@@ -223,8 +223,9 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
                 log(f"[{i + 1}/{len(rows)}] {row['id']} {cfg.draft} γ={cfg.gamma}{lookup}: {len(out)} tokens, "
                     f"accepted {s1.accepted}/{s1.proposed}")
 
-    # --- cost model inputs on this device (once per draft), and its prediction next to the measurement
-    results, lat_cache = [], {}
+    # --- cost model inputs on this device (c once per draft, v(γ) once: it is the target's alone), and the
+    # cost model's prediction next to the measurement
+    results, lat_cache, v_seen = [], {}, {}
     b = base.as_dict()
     hf_row = ({"tokens": hf_gen["tokens"], "seconds": round(hf_gen["seconds"], 4),
                "tokens_per_s": _rate(hf_gen["tokens"], hf_gen["seconds"])} if hf_anchor else None)
@@ -233,7 +234,9 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
         if key not in lat_cache:
             # v at every verification size these runs use: γ + candidates - 1 tokens after the last one
             gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma + c.candidates - 1 for d, c, _ in runs if d is draft)})
-            lat_cache[key] = latency.measure(target, draft.model, gammas, draft_weights=cfg.draft_weights)
+            lat_cache[key] = latency.measure(target, draft.model, gammas, draft_weights=cfg.draft_weights,
+                                             known_v=v_seen)
+            v_seen.update({int(g): x for g, x in lat_cache[key]["v"].items()})
         results.append(_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why),
                               lat_cache[key], sampling.greedy, hf_row))
     return results

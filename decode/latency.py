@@ -90,15 +90,18 @@ def verify_ratio(model, context: int, n_tokens: int, repeats: int = 10, warmup: 
 
 
 def measure(target, draft, gammas: list[int], context: int = 128, repeats: int = 10,
-            draft_weights: str = "float32") -> dict:
+            draft_weights: str = "float32", known_v: dict[int, float] | None = None) -> dict:
     """c (draft/target single-token latency) and v(γ) for each γ (paired with one-token forwards,
     verify_ratio), with the raw latencies in ms. A feature head (decode.feature_head) is timed like any draft, one
-    head position after a cached context (its HeadRunner; draft_weights do not apply to it)."""
+    head position after a cached context (its HeadRunner; draft_weights do not apply to it). known_v: v(γ) already
+    measured on this target in this run (v is the target's alone; several drafts share it), reused as is."""
     t1 = step_latency(target, context, 1, repeats)
     d1 = step_latency(draft, context, 1, repeats, weights=draft_weights) if draft is not None else None
     nbytes = weight_bytes(target)
     stream = stream_seconds(nbytes, str(runner_for(target).device))
-    v = {g: verify_ratio(target, context, g + 1, repeats) for g in sorted(set(gammas)) if g >= 1}
+    known_v = known_v or {}
+    v = {g: known_v[g] if g in known_v else verify_ratio(target, context, g + 1, repeats)
+         for g in sorted(set(gammas)) if g >= 1}
     return {
         "context": context,
         "target_step_ms": round(t1 * 1e3, 3),

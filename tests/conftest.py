@@ -8,6 +8,7 @@ then not decided by near-ties (robust across BLAS builds) and a draft's confiden
 from __future__ import annotations
 
 import math
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,34 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from decode.runners import HFRunner
 
 TINY_VOCAB = 97
+
+
+# --- two workers on two cores (scripts/test.sh runs `pytest -n 2 --dist loadgroup --no-loadscope-reorder`) ------
+#
+# Each test file runs whole on one worker, so its module fixtures (a trained run, a local Slurm cluster, the
+# bad-input table filled case by case) are built once; the files in SPLIT hold independent slow tests that are
+# dealt out one by one. The slowest files go first, so that neither worker is left with a long file at the end.
+# A worker and every process it starts (README commands, accelerate ranks, Slurm jobs) compute with one thread:
+# two workers already use both cores, and OpenMP threads that outnumber the cores wait on each other at every op
+# (a 135M forward measured 1 s instead of 30 ms so); tiny models are faster on one thread anyway.
+
+SPLIT = ("test_architectures",)
+SLOWEST_FIRST = ("test_architectures", "test_readme_walk", "test_slurm", "test_bad_inputs", "test_publish",
+                 "test_train", "test_evaluate", "test_collect", "test_self_prompts", "test_publish_heads",
+                 "test_data_engine", "test_evaluate_heads", "test_feature_head")
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by subprocesses; torch here has read it already, hence:
+    torch.set_num_threads(1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__, len(rank)))  # stable: file order within
+    for item in items:
+        if item.module.__name__ not in SPLIT:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 # --- tiny random HF models ------------------------------------------------------------------------------------
