@@ -18,8 +18,8 @@
 //   __AVX2__ + FMA + F16C  16 ymm registers: the block is taken as four 16-column sub-blocks, one after the other,
 //                          each 2 weight + up to 6 x 2 accumulator + 1 broadcast = 15 registers. A sub-block reads
 //                          its own cache line of each float32 block row (64 bytes), so DRAM still sees one read of
-//                          the weight; the block is walked in chunks of KC rows, all four sub-blocks per chunk
-//                          (accumulators parked in `out` between chunks, which keeps the summation order), so the
+//                          the weight; the block is walked in chunks of KC rows (a page), all four sub-blocks per
+//                          chunk (accumulators parked in `out` between chunks, which keeps the summation order), so the
 //                          lines a later sub-block needs are still in L1 and the stream stays sequential.
 //   anything else          the same loops in plain C++ for the compiler to vectorise: each weight still read once
 // No software prefetch: each thread streams its blocks contiguously, which the hardware prefetcher follows. An
@@ -74,7 +74,13 @@ static void block_product(const float* __restrict x, int64_t K, const W* __restr
 
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 static const char* kIsa = "avx2";
-constexpr int64_t KC = 64;    // block rows per chunk: 64 x 256 bytes = 16 KB of float32 weight, in L1
+// block rows per chunk: 16 x 256 bytes = one 4 KB page of float32 weight, so the four sub-block passes stay in one
+// page (the hardware prefetcher's unit) and in L1. Measured on the default target's 121 matmuls, one thread, a
+// busy Sapphire Rapids forced to this path: chunks of 8 / 16 rows ~15% faster than 64 or the whole block.
+#ifndef SMALLGEMM_KC
+#define SMALLGEMM_KC 16
+#endif
+constexpr int64_t KC = SMALLGEMM_KC;
 
 static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 static inline __m256 load8(const at::Half* p) {
