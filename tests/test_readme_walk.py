@@ -27,6 +27,7 @@ SHRINK = {
         "--collect", "{limit: 12, max_new_tokens: 16, batch_size: 12}",
         "--heldout", "{limit: 4, max_new_tokens: 16}",
         "--train", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1}",
+        "--head", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1}",
         "--evaluate", "{limit: 2, max_new_tokens: 8}",
     ],
     "python -m distill.collect.bench": ["--n", "4", "--max-new-tokens", "8"],
