@@ -121,7 +121,8 @@ def normalize(line: str, env: SimpleNamespace) -> str:
     """The line with this run's temporary folders replaced by placeholders, so the table is reproducible."""
     for path, name in ((env.tmp, "TMP"), (env.shared, "SHARED")):
         line = line.replace(str(path), name)
-    line = re.sub(r"/tmp/pytest-of-[^/\s]+/pytest-\d+/[^/\s]+", "TMP", line)
+    # a worker's folders (pytest-xdist) sit one level deeper: .../pytest-N/popen-gwK/...
+    line = re.sub(r"/tmp/pytest-of-[^/\s]+/pytest-\d+/(popen-gw\d+/)?[^/\s]+", "TMP", line)
     line = re.sub(r"/shards/(r\d+)-\d+", r"/shards/\1-ID", line)  # a shard folder's name holds a unique id
     return line.replace(str(REPO), ".")
 

@@ -40,7 +40,7 @@ def test_bench_and_evaluate_hand_the_device_value_to_load_target(job, monkeypatc
     """The jobs pass --device as given: load_target places the model (one GPU, or several: placement)."""
     seen = []
 
-    def load_target(spec, dtype, device):
+    def load_target(spec, dtype, device, **_):
         seen.append(device)
         raise _Loaded
 
