@@ -225,11 +225,18 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
 
     # --- cost model inputs on this device (c once per draft, v(γ) once: it is the target's alone), and the
     # cost model's prediction next to the measurement
-    results, lat_cache, v_seen = [], {}, {}
     b = base.as_dict()
     hf_row = ({"tokens": hf_gen["tokens"], "seconds": round(hf_gen["seconds"], 4),
                "tokens_per_s": _rate(hf_gen["tokens"], hf_gen["seconds"])} if hf_anchor else None)
-    for (draft, cfg, _), hf_on, why, a in zip(runs, do_hf, hf_skip, acc):
+    return [_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why), lat,
+                   sampling.greedy, hf_row)
+            for (draft, cfg, _), hf_on, why, a, lat in zip(runs, do_hf, hf_skip, acc, _latencies(target, runs))]
+
+
+def _latencies(target, runs: list[tuple]) -> list[dict]:
+    """decode.latency.measure for each run: c once per (draft, draft weights), v(γ) once for the target."""
+    lat_cache, v_seen = {}, {}
+    for draft, cfg, _ in runs:
         key = (id(draft), cfg.draft_weights)
         if key not in lat_cache:
             # v at every verification size these runs use: γ + candidates - 1 tokens after the last one
@@ -237,9 +244,7 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
             lat_cache[key] = latency.measure(target, draft.model, gammas, draft_weights=cfg.draft_weights,
                                              known_v=v_seen)
             v_seen.update({int(g): x for g, x in lat_cache[key]["v"].items()})
-        results.append(_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why),
-                              lat_cache[key], sampling.greedy, hf_row))
-    return results
+    return [lat_cache[(id(draft), cfg.draft_weights)] for draft, cfg, _ in runs]
 
 
 def _warn(bad: str | None, row: dict, cfg: BenchConfig, what: str, reference: str) -> None:
