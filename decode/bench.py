@@ -62,6 +62,8 @@ class BenchConfig(DecodeOptions):
                                                           "is spread over all; else CPU) | cpu | cuda[:N]"})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16"})
     hf_assisted: bool = field(default=True, metadata={"help": "also time transformers' assisted generation"})
+    hf_static: bool = field(default=True, metadata={"help": "on a GPU, also time transformers' generate with a static "
+                                                           "cache, compiled (its warm-up compiles: minutes)"})
     chat_template: bool = field(default=True, metadata={"help": "apply the tokenizer's chat template"})
     load_format: str = load_format_field()
 
@@ -162,14 +164,24 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     # plain transformers cannot use a reduced-vocab draft or a feature head, and verifies one candidate per position
     hf_skip = [hf_skip_reason(d, c) if hf else None for d, c, hf in runs]
     do_hf = [hf and why is None for (_, _, hf), why in zip(runs, hf_skip)]
-    # transformers' plain generate: the anchor row, and what its assisted generation is compared with
+    # transformers' plain generate: the anchor row, and what its assisted generation is compared with; on a GPU
+    # also its static-cache compiled generate, warmed up on every prompt first (one compile and CUDA graph per
+    # cache size, none of it timed)
     hf_anchor = any(hf for _, _, hf in runs)
-    hf_gen = {"tokens": 0, "seconds": 0.0}
+    hf_static = hf_anchor and target.device.type == "cuda" and getattr(first, "hf_static", False)
+    hf_gen, hf_gen_static = {"tokens": 0, "seconds": 0.0}, {"tokens": 0, "seconds": 0.0}
 
     # --- warm-up: every path once, not timed
     ours(None, encoded[0], None, 0)
     if hf_anchor:
         hf_generate(target, encoded[0], first.max_new_tokens, sampling, 0, eos)
+    static_failed = None
+    try:
+        for ids in encoded if hf_static else ():
+            hf_generate(target, ids, first.max_new_tokens, sampling, 0, eos, static=True)
+    except Exception as e:  # noqa: BLE001 (an optional anchor: torch.compile's many failure modes skip the row, said)
+        hf_static, static_failed = False, f"transformers' compiled generate failed: {type(e).__name__}: {e}"[:500]
+        print(f"bench: {static_failed}", file=sys.stderr)
     for (draft, cfg, _), hf_on in zip(runs, do_hf):
         ours(draft, encoded[0], cfg, 0)
         if hf_on:
@@ -198,6 +210,10 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
             ref_hf, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos)
             hf_gen["tokens"] += len(ref_hf)
             hf_gen["seconds"] += secs
+        if hf_static:
+            y, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, static=True)
+            hf_gen_static["tokens"] += len(y)
+            hf_gen_static["seconds"] += secs
         for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
             out, s1 = ours(draft, ids, cfg, seed)
             a["spec"] += s1
@@ -226,11 +242,17 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     # --- cost model inputs on this device (c once per draft, v(γ) once: it is the target's alone), and the
     # cost model's prediction next to the measurement
     b = base.as_dict()
-    hf_row = ({"tokens": hf_gen["tokens"], "seconds": round(hf_gen["seconds"], 4),
-               "tokens_per_s": _rate(hf_gen["tokens"], hf_gen["seconds"])} if hf_anchor else None)
+    hf_rows = {"hf_generate": _row(hf_gen) if hf_anchor else None,
+               "hf_generate_static": _row(hf_gen_static) if hf_static else
+               {"skipped": static_failed} if static_failed else None}
     return [_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why), lat,
-                   sampling.greedy, hf_row)
+                   sampling.greedy, hf_rows)
             for (draft, cfg, _), hf_on, why, a, lat in zip(runs, do_hf, hf_skip, acc, _latencies(target, runs))]
+
+
+def _row(gen: dict) -> dict:
+    return {"tokens": gen["tokens"], "seconds": round(gen["seconds"], 4), "tokens_per_s": _rate(gen["tokens"],
+                                                                                               gen["seconds"])}
 
 
 def _latencies(target, runs: list[tuple]) -> list[dict]:
@@ -255,9 +277,11 @@ def _warn(bad: str | None, row: dict, cfg: BenchConfig, what: str, reference: st
 
 
 def _entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prompts: int, b: dict, base_cat: dict, a: dict,
-           hf_run: tuple[bool, str | None], lat: dict, greedy: bool, hf_row: dict | None = None) -> dict:
+           hf_run: tuple[bool, str | None], lat: dict, greedy: bool, hf_rows: dict | None = None) -> dict:
     """One result dict (docs/architecture.md) from the accumulated stats of a run. hf_run: (transformers' assisted
-    generation ran, why it did not where it was asked for); hf_row: transformers' plain generate (the anchor)."""
+    generation ran, why it did not where it was asked for); hf_rows: transformers' plain generate (the anchor) and,
+    on a GPU, its static-cache compiled generate."""
+    hf_rows = hf_rows or {}
     spec, hf = a["spec"], a["hf"]
     hf_on, hf_skipped = hf_run
     s = spec.as_dict()
@@ -280,7 +304,8 @@ def _entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prompts: i
         "candidates": cfg.candidates,
         "draft_weights": cfg.draft_weights,
         "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s")},
-        "hf_generate": hf_row,  # transformers' own target alone, same prompts: the anchor, and hf_assisted's reference
+        "hf_generate": hf_rows.get("hf_generate"),  # transformers' target alone: the anchor, hf_assisted's reference
+        "hf_generate_static": hf_rows.get("hf_generate_static"),  # the same with a static cache, compiled (GPU only)
         "speculative": s,
         "hf_assisted": (
             {"tokens": hf["tokens"], "seconds": round(hf["seconds"], 4), "tokens_per_s": hf_rate,
@@ -406,6 +431,8 @@ def summary(r: dict) -> str:
             f"tokens/s: target alone {r['baseline']['tokens_per_s']:.1f}, speculative {s['tokens_per_s']:.1f}")
     if r.get("hf_generate"):
         text += f", transformers generate {r['hf_generate']['tokens_per_s']:.1f}"
+    if (r.get("hf_generate_static") or {}).get("tokens_per_s"):
+        text += f" (static cache, compiled {r['hf_generate_static']['tokens_per_s']:.1f})"
     if hf:
         text += f", transformers assisted {hf['tokens_per_s']:.1f}"
     elif r.get("hf_assisted_skipped"):

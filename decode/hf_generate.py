@@ -13,13 +13,16 @@ from decode.sampling import SamplingParams
 
 
 def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: int, eos: tuple[int, ...], draft=None,
-                cfg: DecodeOptions | None = None) -> tuple[list[int], float]:
+                cfg: DecodeOptions | None = None, static: bool = False) -> tuple[list[int], float]:
     """transformers' plain `generate` (draft None), or its assisted generation at cfg's γ and schedule, on a fresh
     copy of the assistant's generation config before every call (decode.draft_folder.assistant_config says why):
-    (at most n new tokens, seconds)."""
+    (at most n new tokens, seconds). static: a static KV cache, which on a GPU makes transformers compile its
+    decoding step (torch.compile, CUDA graphs): the strongest `generate` a user sets up with one argument."""
     kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=n,
                   # stop where our decoder stops (none at all: transformers fails on an empty list)
                   eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else None)
+    if static:
+        kwargs["cache_implementation"] = "static"
     if draft is not None:
         draft.generation_config = assistant_config(draft.generation_config, cfg.gamma, cfg.schedule,
                                                    hf_confidence(cfg))

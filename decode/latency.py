@@ -15,6 +15,21 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _seconds(device: torch.device, fn) -> float:
+    """Seconds fn() takes: the wall clock on a CPU; on a GPU, CUDA events around it (as the decoder times its
+    phases in a run, decode.proposers.Clock), so isolated and in-run steps are measured the same way."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
 @torch.inference_mode()
 def step_latency(model, context: int, n_tokens: int, repeats: int = 10, warmup: int = 3,
                  weights: str = "float32") -> float:
@@ -27,11 +42,9 @@ def step_latency(model, context: int, n_tokens: int, repeats: int = 10, warmup: 
     step = torch.randint(0, vocab, (n_tokens,)).tolist()
     times = []
     for i in range(warmup + repeats):
-        t0 = time.perf_counter()
-        runner.forward(step, cache, n_tokens)
-        _sync(runner.device)
+        secs = _seconds(runner.device, lambda: runner.forward(step, cache, n_tokens))
         if i >= warmup:
-            times.append(time.perf_counter() - t0)
+            times.append(secs)
         cache.crop(-n_tokens)
     return sorted(times)[len(times) // 2]
 
@@ -79,10 +92,7 @@ def verify_ratio(model, context: int, n_tokens: int, repeats: int = 10, warmup: 
     for i in range(warmup + repeats):
         secs = []
         for ids in (one, many):
-            t0 = time.perf_counter()
-            runner.forward(ids, cache, len(ids))
-            _sync(runner.device)
-            secs.append(time.perf_counter() - t0)
+            secs.append(_seconds(runner.device, lambda: runner.forward(ids, cache, len(ids))))  # noqa: B023
             cache.crop(-len(ids))
         if i >= warmup:
             ratios.append(secs[1] / secs[0])

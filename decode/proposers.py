@@ -24,10 +24,35 @@ from decode.lookup import continuation
 from decode.sampling import SamplingParams, logits_to_probs, sample
 
 
-def sync(device: torch.device) -> None:
-    """Wait for the device, so that wall-clock time covers its work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+class Clock:
+    """Seconds spent in a phase (the draft's steps, a target forward), added to a Stats field. On a CPU: the wall
+    clock around it. On a GPU: CUDA events recorded around it and read once, when generate() ends (settle), so
+    that timing adds no host sync to a round."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: list[tuple] = []  # (start event, end event, stats, field) not read yet
+
+    def start(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def stop(self, started, stats, name: str) -> None:
+        if not self.cuda:
+            setattr(stats, name, getattr(stats, name) + time.perf_counter() - started)
+            return
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self.marks.append((started, event, stats, name))
+
+    def settle(self) -> None:
+        for started, ended, stats, name in self.marks:
+            ended.synchronize()
+            setattr(stats, name, getattr(stats, name) + started.elapsed_time(ended) / 1e3)
+        self.marks.clear()
 
 
 @dataclass
@@ -38,6 +63,9 @@ class Proposal:
     q: torch.Tensor | None = None  # (g, V_target) proposal probs when sampling, else None
     siblings: list[int] = field(default_factory=list)  # alternatives to d_1, verified in the same target forward
     source: str = ""  # "draft" | "lookup" ("" when empty)
+    # a greedy chain drafted on the GPU path: d_1..d_g as a (g,) device tensor; `tokens` is filled from it by the
+    # round's one host read (decode.speculative.verify_on_device)
+    device_tokens: torch.Tensor | None = None
 
 
 class Proposer(Protocol):
@@ -90,14 +118,15 @@ class DraftChain:
     a full accept or a sibling, more after rounds it did not propose); the next proposal starts by feeding them."""
 
     def __init__(self, draft, vocab: VocabMap, prompt_ids: list[int], first: int, max_len: int,
-                 sampling: SamplingParams, confidence: float, candidates: int, generator, stats):
+                 sampling: SamplingParams, confidence: float, candidates: int, generator, stats, on_device=False):
         self.draft, self.vocab, self.sampling, self.generator, self.stats = draft, vocab, sampling, generator, stats
         self.confidence, self.candidates = confidence, candidates
+        # greedy chains on the GPU path: each argmax feeds the next step on the device, no host read (propose)
+        self.on_device = on_device and sampling.greedy and not confidence and candidates == 1
         self.cache = draft.new_cache(max_len)
-        t0 = time.perf_counter()
+        t0 = stats.clock.start()
         draft.forward(vocab.to_draft(prompt_ids), self.cache, 1)
-        sync(draft.device)
-        stats.draft_seconds += time.perf_counter() - t0
+        stats.clock.stop(t0, stats, "draft_seconds")
         stats.draft_forwards += 1
         self.pending = [first]
 
@@ -105,8 +134,10 @@ class DraftChain:
         """Run the draft up to g steps from `pending` -> d_1..d_g (target ids), their draft distributions q
         (g, V_target) when sampling, and (greedy, candidates > 1) the draft's next candidates - 1 best tokens at
         d_1's position. The last proposal is never fed back: the cache ends holding pending + d_1..d_{g-1}."""
+        if self.on_device:
+            return self._propose_on_device(g)
         tokens, qs, inp, siblings = [], [], self.pending, []
-        t0 = time.perf_counter()
+        t0 = self.stats.clock.start()
         for _ in range(g):
             logits = self.draft.forward(self.vocab.to_draft(inp), self.cache, 1)[-1]  # (V_draft,)
             if self.sampling.greedy and self.candidates > 1 and not tokens:
@@ -117,10 +148,22 @@ class DraftChain:
             inp = tokens[-1:]
             if conf < self.confidence:  # dynamic schedule: a doubtful token ends the proposal
                 break
-        sync(self.draft.device)
-        self.stats.draft_seconds += time.perf_counter() - t0
+        self.stats.clock.stop(t0, self.stats, "draft_seconds")
         self.stats.draft_forwards += len(tokens)
         return Proposal(tokens, torch.stack(qs) if qs else None, siblings, source="draft")
+
+    def _propose_on_device(self, g: int) -> Proposal:
+        """g greedy steps whose ids never leave the device: Proposal.device_tokens (g,) target ids, its host
+        list left for the verification's single read (decode.speculative)."""
+        t0 = self.stats.clock.start()
+        inp, drafted = self.vocab.to_draft(self.pending), []
+        for _ in range(g):
+            j = self.draft.forward(inp, self.cache, 1)[-1].argmax()  # () draft id, on the device
+            drafted.append(j)
+            inp = j.view(1)
+        self.stats.clock.stop(t0, self.stats, "draft_seconds")
+        self.stats.draft_forwards += g
+        return Proposal(device_tokens=self.vocab.targets(torch.stack(drafted)), source="draft")
 
     def advance(self, proposal: Proposal, kept: list[int], nxt: int) -> None:
         """Crop the draft cache to what it saw of `kept`; the rest of kept and nxt become pending."""
@@ -152,7 +195,7 @@ class HeadChain:
         output -> d_1..d_g (target ids), q (g, V_target) when sampling. The cache ends holding the pending pairs
         and d_1..d_{g-1}, drafted positions that advance() drops again."""
         tokens, qs = [], []
-        t0 = time.perf_counter()
+        t0 = self.stats.clock.start()
         out, logits = self.head.step(self.ids, self.head.fuse(self.feats), self.cache)  # (n, H), (V_draft,)
         while True:
             j, conf = choose(logits, self.sampling, self.confidence, self.generator, self.vocab, qs)
@@ -160,8 +203,7 @@ class HeadChain:
             if len(tokens) == g or conf < self.confidence:
                 break
             out, logits = self.head.step(tokens[-1:], out[-1:], self.cache)
-        sync(self.head.device)
-        self.stats.draft_seconds += time.perf_counter() - t0
+        self.stats.clock.stop(t0, self.stats, "draft_seconds")
         self.stats.draft_forwards += len(tokens)
         self.ids, self.feats = [], self.feats[:0]
         return Proposal(tokens, torch.stack(qs) if qs else None, source="draft")

@@ -393,8 +393,9 @@ def runner_for(model, fast: bool = True, weights: str = "float32"):
     """The fastest runner that computes this model exactly: FastLlama when supported, else HFRunner.
     weights: float16 / int8 give FastLlama with weights stored so (drafts; see FastLlama) where the kernel is usable.
 
-    FastLlama copies the weights on the CPU (and times its matmul paths), so it is built once and kept on the
-    model, and rebuilt only when a weight has changed since (a training step bumps the parameters' version
+    On a CUDA device FastLlama's steps are CUDA graph replays (decode.graphs.GraphLlama; SPECDISTILL_CUDA_GRAPHS=0
+    keeps them eager). FastLlama copies the weights on the CPU (and times its matmul paths), so it is built once
+    and kept on the model, and rebuilt only when a weight has changed since (a training step bumps the parameters' version
     counters). A model spread over several devices takes HFRunner (one line on stderr says so).
     """
     if isinstance(model, (HFRunner, FastLlama, HeadRunner)):
@@ -404,12 +405,21 @@ def runner_for(model, fast: bool = True, weights: str = "float32"):
     if not (fast and FastLlama.supports(model)):
         _say_why_hf(model)
         return HFRunner(model)
-    key = tuple((p.data_ptr(), p._version) for p in model.parameters())
     slots = model.__dict__.setdefault("_specdistill_fast", {})  # {weights: (key, runner)}: every kind kept
+    if model.device.type != "cpu":
+        weights = "float32"  # rounded weights are a CPU kernel's (FastLlama ignores them elsewhere): one runner
     cached = slots.get(weights)
-    if cached is None or cached[0] != key:
-        cached = slots[weights] = (key, FastLlama(model, weights))
+    if cached is None or cached[0] != _param_key(model):
+        from decode.graphs import GraphLlama, graphs_enabled  # decode.graphs builds on this module
+
+        runner = GraphLlama(model) if graphs_enabled(model.device) else FastLlama(model, weights)
+        cached = slots[weights] = (_param_key(model), runner)  # after building: GraphLlama re-points parameters
     return cached[1]
+
+
+def _param_key(model) -> tuple:
+    """Where each parameter lives and how often it was written (a training step bumps the version counters)."""
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
 
 
 def _say_why_hf(model) -> None:

@@ -33,8 +33,9 @@ import torch
 from decode.draft_folder import VocabMap
 from decode.errors import UserError
 from decode.feature_head import FeatureHead
+from decode.graphs import GraphLlama
 from decode.options import DEFAULT_CONFIDENCE, DecodeOptions, check_schedule
-from decode.proposers import ContextLookup, DraftChain, HeadChain, Proposal, Proposer, accept_sibling, sync
+from decode.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer, accept_sibling
 from decode.runners import FAST_MODEL_TYPES, runner_for
 from decode.sampling import SamplingParams, logits_to_probs, sample
 
@@ -61,6 +62,8 @@ class Stats:
     lookup_accepted: int = 0
     lookup_full: int = 0
     sibling_accepted: int = 0  # of `accepted`: rounds whose first position was a sibling (candidates > 1)
+    # times the phases: the wall clock unless generate() gives one for its device (CUDA events on a GPU)
+    clock: Clock = field(default_factory=lambda: Clock(torch.device("cpu")), repr=False, compare=False)
 
     @property
     def acceptance_rate(self) -> float:
@@ -123,14 +126,33 @@ class Stats:
 def verify(target, cache, last: int, proposals: list[int], stats: Stats, siblings: list[int] = ()) -> torch.Tensor:
     """One target forward over [last, d_1..d_g] (+ siblings of d_1): logits (g+1 (+s), V) predicting d_1..d_g
     and the token after (then, per sibling, the token after it)."""
-    t0 = time.perf_counter()
+    t0 = stats.clock.start()
     ids = [last] + proposals + list(siblings)
     logits = (target.forward(ids, cache, len(ids), siblings=len(siblings)) if siblings
               else target.forward(ids, cache, len(ids)))
-    sync(target.device)
-    stats.target_seconds += time.perf_counter() - t0
+    stats.clock.stop(t0, stats, "target_seconds")
     stats.target_forwards += 1
     return logits
+
+
+def verify_on_device(target, cache, last: int, proposal: Proposal, stats: Stats) -> tuple[torch.Tensor, int, int]:
+    """verify + accept_greedy for a chain drafted on the device (Proposal.device_tokens): the target reads
+    [last, d_1..d_g] without the drafts passing through the host, and the drafts and the target's argmax come
+    back in one read, the round's only host sync. Fills proposal.tokens -> (logits (g+1, V), n, next)."""
+    t0 = stats.clock.start()
+    head = torch.tensor([last], dtype=torch.long)
+    if target.device.type == "cuda":  # from pinned memory: the copy is queued, not waited for
+        head = head.pin_memory().to(target.device, non_blocking=True)
+    logits = target.forward(torch.cat([head, proposal.device_tokens]), cache, len(proposal.device_tokens) + 1)
+    stats.clock.stop(t0, stats, "target_seconds")
+    stats.target_forwards += 1
+    both = torch.cat([proposal.device_tokens, logits.argmax(-1)]).tolist()
+    g = len(proposal.device_tokens)
+    proposal.tokens, best = both[:g], both[g:]
+    n = 0
+    while n < g and proposal.tokens[n] == best[n]:
+        n += 1
+    return logits, n, best[n]
 
 
 def accept_greedy(proposals: list[int], target_logits: torch.Tensor) -> tuple[int, int]:
@@ -221,16 +243,16 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options:
 
 def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids, stop_strings, tokenizer, vocab_map,
               generator) -> tuple[list[int], Stats]:
-    sampling, eos, stats, start = options.sampling, set(eos_token_ids), Stats(), time.perf_counter()
+    sampling, eos, start = options.sampling, set(eos_token_ids), time.perf_counter()
+    stats = Stats(clock=Clock(target.device))
     sched = Schedule(options.schedule, options.gamma if draft is not None or options.lookup else 0, options.confidence)
     # room for the longest verification: 4γ drafts and K - 1 siblings past the last kept token
     max_len = len(prompt_ids) + max_new_tokens + sched.max_gamma + options.candidates + 2
 
     t_cache = target.new_cache(max_len)
-    t0 = time.perf_counter()
+    t0 = stats.clock.start()
     logits = target.forward(prompt_ids, t_cache, 1)  # (1, V)
-    sync(target.device)
-    stats.target_seconds += time.perf_counter() - t0
+    stats.clock.stop(t0, stats, "target_seconds")
     stats.target_forwards += 1
     out = [accept([], logits, sampling, None, generator)[1]]
     proposers = _proposers(target, draft, options, sched, VocabMap(vocab_map, logits.shape[-1]), prompt_ids, out[0],
@@ -240,9 +262,13 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
     while not done:
         room = max_new_tokens - len(out) - 1  # a proposal stops short of max_new_tokens: `nxt` is the +1
         proposal = propose(proposers, prompt_ids + out, min(sched.gamma, room), room)
-        g = len(proposal.tokens)
-        logits = verify(target, t_cache, out[-1], proposal.tokens, stats, proposal.siblings)  # (g + 1 + S, V)
-        n, nxt = accept(proposal.tokens, logits[:g + 1], sampling, proposal.q, generator)
+        if proposal.device_tokens is not None:  # a greedy chain drafted on the GPU path: one host read a round
+            logits, n, nxt = verify_on_device(target, t_cache, out[-1], proposal, stats)
+            g = len(proposal.tokens)
+        else:
+            g = len(proposal.tokens)
+            logits = verify(target, t_cache, out[-1], proposal.tokens, stats, proposal.siblings)  # (g + 1 + S, V)
+            n, nxt = accept(proposal.tokens, logits[:g + 1], sampling, proposal.q, generator)
         kept, nxt = accept_sibling(proposal, n, nxt, logits, t_cache, stats)  # d_1..d_n, or [s_j] in d_1's slot
         # rollback: the target cache keeps [.., last] + kept (nxt is the next round's last); each proposer catches up
         drop = g + len(proposal.siblings) - len(kept)
@@ -257,6 +283,7 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
         done = _stop_at(out, first_new, eos, stop_strings, tokenizer, max_new_tokens)
 
     stats.new_tokens, stats.seconds = len(out), time.perf_counter() - start
+    stats.clock.settle()
     return out, stats
 
 
@@ -292,8 +319,9 @@ def _proposers(target, draft, options: DecodeOptions, sched: Schedule, vocab: Vo
                                    max_len, options.sampling, sched.confidence, generator, stats))
     elif draft is not None:
         draft = runner_for(draft, weights=options.draft_weights)
+        on_device = isinstance(target, GraphLlama) and isinstance(draft, GraphLlama)  # the GPU path (or its CPU test)
         proposers.append(DraftChain(draft, vocab, prompt_ids, first, max_len, options.sampling, sched.confidence,
-                                    options.candidates, generator, stats))
+                                    options.candidates, generator, stats, on_device))
     return proposers
 
 

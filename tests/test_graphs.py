@@ -1,0 +1,105 @@
+"""decode.graphs: the GPU decoder's static-shape forward, run eagerly on the CPU (graphs=False), against FastLlama's
+eager forward and HF: positions from a device tensor, the whole-buffer mask, K/V written in place, rollback by a
+length change, fused q|k|v and gate|up, the buffer pool. A CUDA graph replays exactly this body (decode.graphs)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from decode import speculative
+from decode.graphs import MAX_GRAPH_TOKENS, MIN_CAPACITY, GraphLlama, capacity_for
+from decode.options import DecodeOptions
+from decode.runners import FastLlama
+
+
+@pytest.fixture
+def pair(tiny_llama):
+    """(GraphLlama eager, FastLlama) over two copies of one GQA llama (GraphLlama re-points its model's weights)."""
+    kw = dict(layers=3, hidden=64, num_attention_heads=8, num_key_value_heads=2)
+    return GraphLlama(tiny_llama(3, **kw), graphs=False), FastLlama(tiny_llama(3, **kw))
+
+
+def _steps(runner, prompt, chunks, crop_after=None):
+    """Prefill `prompt`, then forward each chunk (all logits); crop_after=(i, n): crop n positions after chunk i."""
+    cache = runner.new_cache(len(prompt) + sum(map(len, chunks)) + 4)
+    out = [runner.forward(prompt, cache, 1)]
+    for i, chunk in enumerate(chunks):
+        out.append(runner.forward(chunk, cache, len(chunk)))
+        if crop_after and crop_after[0] == i:
+            cache.crop(-crop_after[1])
+    return out, cache
+
+
+def test_static_steps_match_fastllama_after_a_prompt_and_a_rollback(pair):
+    graph, fast = pair
+    prompt = list(range(5, 30))  # 25 tokens > MAX_GRAPH_TOKENS: the eager prefill on the same buffers
+    chunks = [[3], [7, 8, 9, 10, 11], [12], [40, 41, 42]]
+    crop = (1, 3)  # a verification that kept 2 of its 5 tokens: the next step overwrites the dropped positions
+    a, ca = _steps(graph, prompt, chunks, crop)
+    b, cb = _steps(fast, prompt, chunks, crop)
+    assert ca.length == cb.length == 25 + 1 + 5 - 3 + 1 + 3
+    for x, y in zip(a, b):  # float32, matmuls in another order (HF's (out, in) weights vs FastLlama's (in, out) copy)
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5 * float(y.abs().max()))
+    assert len(prompt) > MAX_GRAPH_TOKENS and all(len(c) <= MAX_GRAPH_TOKENS for c in chunks)
+
+
+def test_static_forward_matches_hf_logits(tiny_llama):
+    model = tiny_llama(4, layers=2, hidden=64, num_attention_heads=8, num_key_value_heads=2)
+    ids = torch.randint(0, model.config.vocab_size, (1, 12))
+    with torch.no_grad():
+        ref = model(ids).logits[0]
+    runner = GraphLlama(model, graphs=False)
+    cache = runner.new_cache(32)
+    got = torch.cat([runner.forward(ids[0, :4].tolist(), cache, 4), runner.forward(ids[0, 4:].tolist(), cache, 8)])
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # the fused buffers leave the HF model computing what it did
+        torch.testing.assert_close(model(ids).logits[0], ref, rtol=0, atol=0)
+
+
+def test_bf16_static_steps_stay_close_to_the_eager_forward(tiny_llama):
+    kw = dict(layers=2, hidden=64, num_attention_heads=8, num_key_value_heads=2, init=0.05)  # a trained model's scale
+    graph = GraphLlama(tiny_llama(5, **kw).to(torch.bfloat16), graphs=False)
+    fast = FastLlama(tiny_llama(5, **kw).to(torch.bfloat16))
+    a, _ = _steps(graph, list(range(20)), [[1], [2, 3, 4]])
+    b, _ = _steps(fast, list(range(20)), [[1], [2, 3, 4]])
+    for x, y in zip(a, b):
+        assert x.dtype == torch.bfloat16
+        torch.testing.assert_close(x.float(), y.float(), rtol=0.02, atol=0.02 * float(y.abs().max()))
+
+
+def test_buffers_are_pooled_by_capacity_and_reused_after_a_cache_is_gone(pair):
+    graph, _ = pair
+    assert capacity_for(1) == capacity_for(MIN_CAPACITY) == MIN_CAPACITY and capacity_for(MIN_CAPACITY + 1) == 512
+    first = graph.new_cache(100)
+    buffers = first.buffers
+    other = graph.new_cache(120)  # a second live cache (a draft that is the target itself) gets its own buffers
+    assert other.buffers is not buffers and other.capacity == first.capacity == MIN_CAPACITY
+    del first
+    gc.collect()
+    assert graph.new_cache(200).buffers is buffers
+    graph.forward([5] * 250, other, 1)
+    with pytest.raises(ValueError, match="holds 256 positions; 260 needed"):  # the scratch rows are not for use
+        graph.forward([5] * 10, other, 1)
+
+
+def test_the_decoder_on_the_static_path_keeps_the_targets_output(tiny_llama, monkeypatch):
+    read_once = []
+    real = speculative.verify_on_device
+    monkeypatch.setattr(speculative, "verify_on_device", lambda *a: read_once.append(1) or real(*a))
+    kw = dict(layers=2, hidden=64, num_attention_heads=8, num_key_value_heads=2)
+    target = GraphLlama(tiny_llama(6, **kw), graphs=False)
+    draft = GraphLlama(tiny_llama(7, **kw), graphs=False)
+    prompt = list(range(3, 23))
+    alone, _ = speculative.generate(FastLlama(tiny_llama(6, **kw)), None, prompt, 24)
+    # gamma 3: the chain drafted on the device, verified with one host read a round; candidates 3: siblings (the
+    # eager forward on the same buffers); lookup: host-side proposals between device-side ones
+    for options in (DecodeOptions(gamma=3), DecodeOptions(gamma=2, candidates=3), DecodeOptions(gamma=2, lookup=2)):
+        out, stats = speculative.generate(target, draft, prompt, 24, options)
+        assert out == alone and stats.rounds > 0 and stats.proposed > 0
+        assert bool(read_once) == (options.candidates == 1)  # siblings need the host: the chain drafts there
+        read_once.clear()
+    out, stats = speculative.generate(target, target, prompt, 24, DecodeOptions(gamma=4))  # draft = target
+    assert out == alone and stats.acceptance_rate == 1.0
