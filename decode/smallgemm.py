@@ -122,6 +122,26 @@ def kernel(isa: str | None = None):
     return _build(isa)
 
 
+def staged_source(isa: str) -> Path:
+    """SOURCE under a name that depends on its text alone, in the user cache ($SPECDISTILL_CACHE, else
+    $XDG_CACHE_HOME/specdistill, as decode.targets): what the build compiles. torch's loader writes the source's
+    path into the build folder's build.ninja, so two checkouts of the same code (a clone beside a working copy, the
+    README walk's copy of the repository) each compiling its own path rebuilt the kernel (30 s to minutes) whenever
+    the other had loaded it last. Written once, never rewritten (its mtime stays older than the build); one per ISA,
+    so parallel builds of different ISAs never write the same file."""
+    import hashlib
+
+    text = SOURCE.read_bytes()
+    cache = os.environ.get("SPECDISTILL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdistill"
+    staged = Path(cache) / "kernels" / f"smallgemm-{isa}-{hashlib.sha256(text).hexdigest()[:16]}.cpp"
+    if not staged.is_file():
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        tmp = staged.with_name(f".{staged.name}.{os.getpid()}")
+        tmp.write_bytes(text)
+        os.replace(tmp, staged)
+    return staged
+
+
 @functools.cache
 def _build(isa: str):
     try:
@@ -131,7 +151,7 @@ def _build(isa: str):
         with build_lock(folder):
             module = load(
                 name(isa),
-                [str(SOURCE)],
+                [str(staged_source(isa))],
                 extra_cflags=["-O3", *ISAS[isa][1], "-fopenmp"],
                 extra_ldflags=["-fopenmp"],
                 build_directory=str(folder),
