@@ -33,10 +33,10 @@ SPLIT = ("test_architectures",)
 SLOWEST_FIRST = ("test_architectures", "test_readme_walk", "test_slurm", "test_bad_inputs", "test_publish",
                  "test_train", "test_evaluate", "test_collect", "test_self_prompts", "test_publish_heads",
                  "test_data_engine", "test_evaluate_heads", "test_feature_head")
-# the vLLM pass (`-m vllm`): one vLLM-CPU engine test or two per file, 85-310 s each; the slowest first, else the
-# 310 s publish check, last in file order, ran alone at the end (717 s for 1,175 s of tests on two workers)
-VLLM_SLOWEST_FIRST = ("test_publish_vllm", "test_publish_heads", "test_evaluate_heads", "test_evaluate_vllm",
-                      "test_feature_head_export", "test_collect_vllm", "test_model_card_snippets")
+# the vLLM pass (`-m vllm`): one vLLM-CPU engine test a file, 85-205 s each in the last run; the slowest first (in
+# file order a 311 s test, since merged into the README walk, ran alone at the end: 717 s for 1,175 s of tests)
+VLLM_SLOWEST_FIRST = ("test_publish_heads", "test_evaluate_heads", "test_evaluate_vllm", "test_feature_head_export",
+                      "test_collect_vllm", "test_model_card_snippets")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by subprocesses; torch here has read it already, hence:

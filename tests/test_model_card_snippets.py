@@ -80,7 +80,7 @@ def card(tmp_path_factory):
     tok = load_tokenizer("default")
     target_dir, stop = _target(root, tok)
     draft = _reduced_draft(root, target_dir, tok)
-    # publish's own vLLM check serves the real default target in tests/test_publish_vllm.py; here only the card
+    # publish's own vLLM check serves the real default target in the README walk; here only the card
     # matters, so the check is skipped (it would serve this tiny pair in vLLM for minutes)
     from distill.publish import vllm_check
 
