@@ -116,8 +116,9 @@ def fuse(lin: _Linear, modules) -> None:
     as before and the memory stays the same."""
     if len(modules) < 2:
         return
-    w = torch.cat([m.weight.data for m in modules])
-    b = torch.cat([m.bias.data for m in modules]) if all(m.bias is not None for m in modules) else None
+    with torch.inference_mode(False):  # ordinary tensors: the model's own forward may run outside inference mode
+        w = torch.cat([m.weight.data for m in modules])
+        b = torch.cat([m.bias.data for m in modules]) if all(m.bias is not None for m in modules) else None
     row = 0
     for m in modules:
         rows = m.weight.shape[0]
