@@ -12,8 +12,10 @@ for phase_limit in graphs:${T_GRAPHS:-230} eager:${T_EAGER:-150} static:${T_STAT
     phase=${phase_limit%%:*}; limit=${phase_limit##*:}
     start=$SECONDS
     # the eager path is the slow one (~47 ms a target forward on an H200): fewer prompts
-    [ "$phase" = eager ] && export SPECDISTILL_GPU_PROMPTS=${EAGER_PROMPTS:-3}
-    timeout "$limit" python scripts/gpu_decoder.py "$out/target" "$out/$phase.json" "$phase" > "$out/$phase.log" 2>&1
+    prompts=${SPECDISTILL_GPU_PROMPTS:-6}
+    [ "$phase" = eager ] && prompts=${EAGER_PROMPTS:-3}
+    SPECDISTILL_GPU_PROMPTS=$prompts timeout "$limit" python scripts/gpu_decoder.py "$out/target" "$out/$phase.json" \
+        "$phase" > "$out/$phase.log" 2>&1
     echo "$phase: exit $? after $(( SECONDS - start )) s (limit $limit)"
     grep -E "^$phase|Error|error" "$out/$phase.log" | tail -8
 done
