@@ -230,33 +230,43 @@ def collate(batch: list[dict], vocab: VocabMap | None, pad_id: int = 0, map_inpu
     numpy arrays; the teacher's rows are used when every example has them.
 
     input_ids, attention_mask: (B, T), student-space ids; sel: (N,) flat indices into B*T of the predicting positions;
-    topk_ids: (N, k) student-space ids (-1 = not in the draft vocabulary); topk_logprobs: (N, k);
+    topk_ids: (N, k) student-space ids (-1 = not in the draft vocabulary); topk_logprobs: (N, k) float16, as stored
+    (the collection's schema; the loss computes in float32 on the device);
     labels: (N,) student-space ids; target_top1: (N,) target ids the proxy compares against.
     map_inputs=False keeps input_ids in target ids (a feature head reads them through the target's embedding);
-    examples with features (a feature head's stored ones, (T_i, F)) give features (B, T, F) float32, zero-padded.
+    examples with features (a feature head's stored ones, (T_i, F) numpy or torch) give features (B, T, F) in their
+    own dtype (2-byte stays 2-byte: the head casts on the device), zero-padded.
+    Padding is vectorised: one scatter of all the examples' tokens, not a copy per example.
     """
-    T = max(len(e["input_ids"]) for e in batch)
-    ids = np.full((len(batch), T), pad_id, dtype=np.int64)
-    mask = np.zeros((len(batch), T), dtype=np.int64)
-    for b, e in enumerate(batch):
-        ids[b, : len(e["input_ids"])] = e["input_ids"]
-        mask[b, : len(e["input_ids"])] = 1
-    sel = np.concatenate([b * T + e["start"] + np.arange(len(e["labels"])) for b, e in enumerate(batch)])
+    B = len(batch)
+    lens = np.fromiter((len(e["input_ids"]) for e in batch), dtype=np.int64, count=B)
+    T = int(lens.max())
+    valid = np.arange(T)[None, :] < lens[:, None]  # (B, T): right-padded, so row-major order = concatenation order
+    ids = np.full((B, T), pad_id, dtype=np.int64)
+    ids[valid] = np.concatenate([np.asarray(e["input_ids"], dtype=np.int64) for e in batch])
+    n = np.fromiter((len(e["labels"]) for e in batch), dtype=np.int64, count=B)
+    starts = np.fromiter((e["start"] for e in batch), dtype=np.int64, count=B) + np.arange(B) * T
+    offsets = np.cumsum(n) - n  # where each example's labels begin in the flat N
+    sel = np.repeat(starts - offsets, n) + np.arange(int(n.sum()))
     labels = torch.from_numpy(np.concatenate([np.asarray(e["labels"], dtype=np.int64) for e in batch]))
     ids = torch.from_numpy(ids)
     if vocab is not None and map_inputs:  # a reduced-vocabulary draft reads context outside its vocabulary as draft id 0, as decode/ does
         ids = vocab.inputs(ids)
-    out = {"input_ids": ids, "attention_mask": torch.from_numpy(mask), "sel": torch.from_numpy(sel.astype(np.int64))}
+    out = {"input_ids": ids, "attention_mask": torch.from_numpy(valid.astype(np.int64)), "sel": torch.from_numpy(sel)}
     if all(e.get("features") is not None for e in batch):
-        feats = np.zeros((len(batch), T, batch[0]["features"].shape[1]), dtype=np.float32)
+        f0 = batch[0]["features"]
+        if isinstance(f0, torch.Tensor):
+            feats = torch.zeros((B, T, f0.shape[1]), dtype=f0.dtype)
+        else:
+            feats = np.zeros((B, T, f0.shape[1]), dtype=np.asarray(f0).dtype)
         for b, e in enumerate(batch):
             feats[b, : len(e["features"])] = e["features"]
-        out["features"] = torch.from_numpy(feats)
+        out["features"] = feats if isinstance(feats, torch.Tensor) else torch.from_numpy(feats)
     if all(e["topk_ids"] is not None for e in batch):
         teacher = torch.from_numpy(np.concatenate([np.asarray(e["topk_ids"], dtype=np.int64) for e in batch]))
         out["topk_ids"] = vocab.teacher(teacher) if vocab is not None else teacher
-        # float16 on disk: exact in float32, as the old list path gave
-        out["topk_logprobs"] = torch.from_numpy(np.concatenate([np.asarray(e["topk_logprobs"], dtype=np.float32)
+        # float16 as collected (exact); losses.coarsen computes in float32 on the device
+        out["topk_logprobs"] = torch.from_numpy(np.concatenate([np.asarray(e["topk_logprobs"], dtype=np.float16)
                                                                 for e in batch]))
         out["target_top1"] = teacher[:, 0]
     else:
