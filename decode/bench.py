@@ -247,7 +247,8 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
                {"skipped": static_failed} if static_failed else None}
     return [_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why), lat,
                    sampling.greedy, hf_rows)
-            for (draft, cfg, _), hf_on, why, a, lat in zip(runs, do_hf, hf_skip, acc, _latencies(target, runs))]
+            for (draft, cfg, _), hf_on, why, a, lat in zip(runs, do_hf, hf_skip, acc,
+                                                            _latencies(target, runs, b["tokens"]))]
 
 
 def _row(gen: dict) -> dict:
@@ -255,16 +256,22 @@ def _row(gen: dict) -> dict:
                                                                                                gen["seconds"])}
 
 
-def _latencies(target, runs: list[tuple]) -> list[dict]:
-    """decode.latency.measure for each run: c once per (draft, draft weights), v(γ) once for the target."""
+SMALL_RUN_TOKENS, SMALL_RUN_REPEATS = 256, 4  # a run timing fewer tokens times its cost-model steps fewer times
+
+
+def _latencies(target, runs: list[tuple], timed_tokens: int) -> list[dict]:
+    """decode.latency.measure for each run: c once per (draft, draft weights), v(γ) once for the target. A run
+    that timed fewer than SMALL_RUN_TOKENS tokens (a quick check) takes medians of SMALL_RUN_REPEATS pairs: its
+    speedup is noisier than those medians anyway, and at 10 pairs the timing was ~40% of a small evaluation."""
+    repeats = 10 if timed_tokens >= SMALL_RUN_TOKENS else SMALL_RUN_REPEATS
     lat_cache, v_seen = {}, {}
     for draft, cfg, _ in runs:
         key = (id(draft), cfg.draft_weights)
         if key not in lat_cache:
             # v at every verification size these runs use: γ + candidates - 1 tokens after the last one
             gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma + c.candidates - 1 for d, c, _ in runs if d is draft)})
-            lat_cache[key] = latency.measure(target, draft.model, gammas, draft_weights=cfg.draft_weights,
-                                             known_v=v_seen)
+            lat_cache[key] = latency.measure(target, draft.model, gammas, repeats=repeats,
+                                             draft_weights=cfg.draft_weights, known_v=v_seen)
             v_seen.update({int(g): x for g, x in lat_cache[key]["v"].items()})
     return [lat_cache[(id(draft), cfg.draft_weights)] for draft, cfg, _ in runs]
 

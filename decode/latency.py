@@ -114,6 +114,7 @@ def measure(target, draft, gammas: list[int], context: int = 128, repeats: int =
          for g in sorted(set(gammas)) if g >= 1}
     return {
         "context": context,
+        "repeats": repeats,  # timed pairs behind each median
         "target_step_ms": round(t1 * 1e3, 3),
         # the same step against reading the target's weights once on this machine (stream_seconds): near 1 the
         # step is memory-bound, as a batch-1 step should be; well above 1, time goes to something else
