@@ -31,7 +31,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from decode.runners import FastLlama, _Linear
+from decode.runners import FastLlama, StaticCache, _Linear
 
 MAX_GRAPH_TOKENS = 17  # a verification of γ = 16 drafts; longer forwards (prompts) run eagerly
 MIN_CAPACITY = 256
@@ -63,25 +63,12 @@ class _Buffers:
         self.graphs: dict[tuple, _Graph] = {}
 
 
-class GraphCache:
-    """A live cache on pooled buffers (the StaticCache interface: k, v, length, crop, move, get_seq_length)."""
+class GraphCache(StaticCache):
+    """A live StaticCache on pooled buffers (its K/V are the buffers', not its own)."""
 
-    def __init__(self, buffers: _Buffers, max_len: int):
+    def __init__(self, buffers: _Buffers, max_len: int):  # no StaticCache.__init__: nothing to allocate
         self.buffers, self.k, self.v = buffers, buffers.k, buffers.v
         self.capacity, self.max_len, self.length = buffers.capacity, max_len, 0
-
-    def crop(self, n: int) -> None:
-        """crop(-n) forgets the last n positions (DynamicCache's convention)."""
-        assert n <= 0 and -n <= self.length
-        self.length += n
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def move(self, src: int, dst: int) -> None:
-        """Copy position src's K/V (every layer) to position dst: an accepted sibling takes its chain slot."""
-        self.k[:, :, dst] = self.k[:, :, src]
-        self.v[:, :, dst] = self.v[:, :, src]
 
 
 class _Graph:
