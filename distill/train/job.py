@@ -109,7 +109,9 @@ class TrainConfig:
     eval_rows: int = field(default=128, metadata={"help": "held-out rows for the proxy (0 = all)"})
     spec_eval_prompts: int = field(default=0, metadata={"help": "held-out prompts decoded for real at each eval (0 = off)"})
     spec_eval_gamma: int = field(default=DecodeOptions.gamma, metadata={"help": "gamma of that real decode"})
-    log_every: int = field(default=10, metadata={"help": "train/* metrics every N steps"})
+    log_every: int = field(default=10, metadata={"help": "train/* metrics every N steps (the loss is read from the "
+                                                            "device only then, and at evals and saves)"})
+    signal_every: int = field(default=10, metadata={"help": "check for a stop signal (SIGTERM/SIGUSR1) every N steps"})
     report_to: str = field(default="wandb", metadata={"help": "wandb | none (metrics.jsonl is always written)"})
     wandb_project: str = field(default="specdistill", metadata={"help": "W&B project"})
 
@@ -152,7 +154,7 @@ class TrainConfig:
 
 
 # the numbers a run cannot use below a bound (a typo such as --lr -1e-3 would otherwise train backwards)
-AT_LEAST = {1: ("max_steps", "max_nonfinite_steps", "ttt_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "loss_chunk_mb",
+AT_LEAST = {1: ("max_steps", "max_nonfinite_steps", "ttt_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "signal_every", "loss_chunk_mb",
                 "spec_eval_gamma", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"),
             0: ("lr_width", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
 
@@ -258,24 +260,31 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     step_batches = batches.StepBatches(train_ex, order, draft.vocab, step, cfg.max_steps, cfg.grad_accum, world,
                                        accelerator.process_index, map_inputs=cfg.design == "standalone")
     feed = batches.feed(step_batches, data_workers(cfg))
+    pending = loop.Pending()  # steps' loss rows still on the device: read at logging, evaluation and saving steps
     try:
         while step < cfg.max_steps:
             for g in optimizer.param_groups:
                 g["lr"] = lr_at(cfg, step, peak)
-            row, tokens = loop.train_step(run, feed, step)  # row: loss, its parts, skipped, averaged over ranks
+            row, names, tokens = loop.train_step(run, feed, step)  # row on the device: no host read
             step, tokens_seen = step + 1, tokens_seen + tokens
-            loop.check_finite(run, row, step, log)
-            window.append(row)
-            if step % cfg.log_every == 0 or step == cfg.max_steps:
+            pending.add(step, row, names)
+            logging = step % cfg.log_every == 0 or step == cfg.max_steps
+            evaluating = step % cfg.eval_every == 0 or step == cfg.max_steps
+            stopping = step % cfg.signal_every == 0 and stop.agreed(accelerator)
+            saving = step % cfg.save_every == 0 or step == cfg.max_steps or stopping
+            if logging or evaluating or saving:  # the rows since the last read, checked in step order
+                for at, r in pending.flush(accelerator):
+                    loop.check_finite(run, r, at, log)
+                    window.append(r)
+            if logging:
                 metrics = loop.train_metrics(window, lr_at(cfg, step - 1, peak),
                                              tokens_seen * world / (time.perf_counter() - t0), run.skipped)
                 window = []
                 tracker.log(metrics, step=step)
                 log(f"step {step}: loss {metrics['train/loss']:.4f} lr {metrics['train/lr']:.2e} {metrics['train/tokens_per_s']} tok/s")
-            if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            if evaluating:
                 last_eval = loop.report_eval(run, held, step, log)
-            stopping = stop.agreed(accelerator)
-            if step % cfg.save_every == 0 or step == cfg.max_steps or stopping:
+            if saving:
                 loop.save_checkpoint(run, step, last_eval, window)
             if stopping:
                 log(f"stopped by signal at step {step}; rerun the same command to resume")

@@ -42,16 +42,18 @@ class Run:
     skipped_in_row: int = 0         # of them, the latest consecutive ones
 
 
-def train_step(run: Run, feed, step: int) -> tuple[dict, int]:
+def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], int]:
     """Optimizer step `step` over grad_accum micro-batches, the next ones of `feed` (batches.feed, which starts at
-    the run's first step): ({"loss": mean, part: mean, ..., "skipped": 0 or 1} over ranks, trained positions on
-    this rank).
+    the run's first step): (row, names, trained positions on this rank), row the (2 + parts,) device tensor
+    [loss, non-finite flag, part, ...] of this rank, means over the micro-batches, names the parts' names. Nothing
+    here reads the device (no host sync): Pending collects the rows and reads them, averaged over ranks, only where
+    the loop needs them (logging, evaluation, saving; job.train).
 
     A step whose loss or gradients are not finite changes no weight: the gradient norm (computed for clipping
     anyway) is checked on the device and handed to the fused AdamW as `found_inf`, which then skips the whole
     update (weights, moments, step count) inside its kernel, so no extra host sync. Its row says skipped: 1
     (check_finite counts it and stops after --max-nonfinite-steps in a row). Under DeepSpeed, whose engine steps
-    inside backward, a non-finite loss stops the run before that backward."""
+    inside backward, a non-finite loss stops the run before that backward (a host read every micro-batch)."""
     cfg, accelerator, student, optimizer = run.cfg, run.accelerator, run.student, run.optimizer
     deepspeed = accelerator.state.deepspeed_plugin is not None
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper steps this one
@@ -76,14 +78,37 @@ def train_step(run: Run, feed, step: int) -> tuple[dict, int]:
             optimizer.zero_grad()
         step_loss += loss.detach() / cfg.grad_accum
         for k, v in parts.items():
-            parts_sum[k] = parts_sum.get(k, 0.0) + float(v) / cfg.grad_accum
-        tokens += len(b["sel"])
-    # the loss, its parts and the skip flag, averaged over ranks (one collective for all of them): (2 + parts,)
+            v = torch.as_tensor(v).detach().to(device=step_loss.device, dtype=torch.float32)
+            parts_sum[k] = parts_sum.get(k, 0.0) + v / cfg.grad_accum
+        tokens += len(b["sel"])  # a shape: no device read
     names = list(parts_sum)
-    reduced = accelerator.reduce(torch.stack([step_loss, bad, *(torch.tensor(float(parts_sum[k]), device=step_loss.device)
-                                                                for k in names)]), "mean")
-    loss, skipped, *rest = reduced.tolist()
-    return {"loss": loss, "skipped": float(skipped > 0), **dict(zip(names, rest))}, tokens
+    return torch.stack([step_loss.float(), bad, *(parts_sum[k] for k in names)]), names, tokens
+
+
+class Pending:
+    """Steps' rows (train_step) still on the device; flush() reads them all at once: one all-reduce (mean over
+    ranks) and one host read for the whole run of steps, instead of several a step."""
+
+    def __init__(self):
+        self.rows: list[torch.Tensor] = []
+        self.steps: list[int] = []
+        self.names: list[str] = []
+
+    def add(self, step: int, row: torch.Tensor, names: list[str]) -> None:
+        self.rows.append(row)
+        self.steps.append(step)
+        self.names = names
+
+    def flush(self, accelerator) -> list[tuple[int, dict]]:
+        """[(step, {"loss": mean, part: mean, ..., "skipped": 0 or 1} over ranks), ...] of the steps added since
+        the last flush, in order (every rank calls it at the same step: a collective)."""
+        if not self.rows:
+            return []
+        values = accelerator.reduce(torch.stack(self.rows), "mean").tolist()
+        out = [(s, {"loss": v[0], "skipped": float(v[1] > 0), **dict(zip(self.names, v[2:]))})
+               for s, v in zip(self.steps, values)]
+        self.rows, self.steps = [], []
+        return out
 
 
 def _stop_before_deepspeed_steps(run: Run, loss: torch.Tensor, step: int) -> None:
@@ -142,7 +167,8 @@ class StopSignal:
         self.caught = True
 
     def agreed(self, accelerator) -> bool:
-        """Whether any rank caught a signal (a collective: every rank calls it at the same step)."""
+        """Whether any rank caught a signal (a collective and a host read: every rank calls it at the same step,
+        every --signal-every steps)."""
         return accelerator.reduce(torch.tensor(float(self.caught), device=accelerator.device), "sum").item() > 0
 
 
