@@ -33,7 +33,8 @@ from decode.feature_head import FeatureHead
 from decode.hf_generate import hf_confidence, hf_generate
 from decode.options import DecodeOptions
 from decode.prompts import check_context, encode_prompt, read_prompts
-from decode.runners import HFRunner, runner_for
+from decode.runner_choice import runner_for
+from decode.runners import HFRunner
 from decode.speculative import Stats, generate
 from decode.targets import (
     check_device,

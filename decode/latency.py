@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from decode.runners import runner_for
+from decode.runner_choice import runner_for
 
 
 def _sync(device) -> None:
@@ -34,7 +34,7 @@ def _seconds(device: torch.device, fn) -> float:
 def step_latency(model, context: int, n_tokens: int, repeats: int = 10, warmup: int = 3,
                  weights: str = "float32") -> float:
     """Median seconds of one forward of n_tokens after a cached context of `context` tokens (logits for all).
-    weights: the runner a draft uses with draft_weights (decode.runners.runner_for)."""
+    weights: the runner a draft uses with draft_weights (decode.runner_choice.runner_for)."""
     runner = runner_for(model, weights=weights)
     vocab = runner.config.vocab_size
     cache = runner.new_cache(context + n_tokens + 1)

@@ -36,7 +36,8 @@ from decode.feature_head import FeatureHead
 from decode.graphs import GraphLlama
 from decode.options import DEFAULT_CONFIDENCE, DecodeOptions, check_schedule
 from decode.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer, accept_sibling
-from decode.runners import FAST_MODEL_TYPES, runner_for
+from decode.runner_choice import runner_for
+from decode.runners import FAST_MODEL_TYPES
 from decode.sampling import SamplingParams, logits_to_probs, sample
 
 DEFAULTS = DecodeOptions()  # generate()'s options when none are given (read, never changed)

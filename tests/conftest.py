@@ -167,7 +167,7 @@ class ListCache:
 class TableLM(HFRunner):
     """A second-order Markov "language model" as a runner: logits after (a, b) are table[a, b].
 
-    Subclasses HFRunner only so that decode.runners.runner_for passes it through unchanged. The logits read the
+    Subclasses HFRunner only so that decode.runner_choice.runner_for passes it through unchanged. The logits read the
     context from the cache, so a cache that is rolled back wrongly changes the output distribution.
     """
 

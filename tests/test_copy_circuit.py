@@ -145,7 +145,8 @@ def test_saved_circuit_draft_reloads_and_stays_lossless(draft, tiny_llama, tiny_
 
 def test_decoder_fast_path_computes_the_circuit(draft):
     """The decoder's lean llama forward (biases, head_dim apart from hidden/heads, untied head) equals HF's."""
-    from decode.runners import FastLlama, runner_for
+    from decode.runner_choice import runner_for
+    from decode.runners import FastLlama
 
     wide = copy_circuit.add_copy_circuit(draft, _seqs(), sink_id=1)
     assert isinstance(runner_for(wide), FastLlama)

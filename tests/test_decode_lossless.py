@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from decode import DecodeOptions, generate
-from decode.runners import FastLlama, HFRunner, runner_for
+from decode.runner_choice import runner_for
+from decode.runners import FastLlama, HFRunner
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

@@ -7,7 +7,8 @@ after a cache, and for every chunk after a crop (the decoder's rollback).
 import pytest
 import torch
 
-from decode.runners import FastLlama, HFRunner, StaticCache, runner_for
+from decode.runner_choice import runner_for
+from decode.runners import FastLlama, HFRunner, StaticCache
 
 ATOL = 1e-5
 

@@ -54,7 +54,7 @@ def test_the_runners_capture_the_same_features(pair):
     target, head = pair
     ids = list(range(5, 17))
     want = target_features(target, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), head.feature_layers)[0]
-    from decode.runners import runner_for
+    from decode.runner_choice import runner_for
     for r in (runner_for(target), HFRunner(target)):
         r.capture = tuple(head.feature_layers)
         r.forward(ids, r.new_cache(32), 1)

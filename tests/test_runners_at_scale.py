@@ -10,7 +10,8 @@ from test_decode_runners import ATOL, _ids, full_logits  # the same helpers as t
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from decode import runners
-from decode.runners import FastLlama, HFRunner, default_attention, default_layout, runner_for
+from decode.runner_choice import runner_for
+from decode.runners import FastLlama, HFRunner, default_attention, default_layout
 
 
 def _tensors(obj) -> list[torch.Tensor]:

@@ -43,7 +43,8 @@ from decode.errors import UserError
 from decode.feature_head import FeatureHead, is_head_folder
 from decode.options import DecodeOptions
 from decode.prompts import encode_prompt
-from decode.runners import HFRunner, runner_for
+from decode.runner_choice import runner_for
+from decode.runners import HFRunner
 from decode.speculative import generate
 from decode.targets import check_tokenizers, eos_ids, load_draft
 from distill.publish import servable, vllm_check

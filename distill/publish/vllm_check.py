@@ -33,7 +33,7 @@ from decode import lossless
 from decode.feature_head import is_head_folder
 from decode.options import DecodeOptions
 from decode.prompts import encode_prompt, read_prompts
-from decode.runners import runner_for
+from decode.runner_choice import runner_for
 from decode.speculative import generate
 from decode.targets import eos_ids, load_draft
 from distill.publish import servable
