@@ -2,6 +2,7 @@
 the non-finite flag stay on the device until a logging (or eval, or save) step, and the stop signal is checked
 every --signal-every steps."""
 
+import json
 import sys
 from collections import Counter
 
@@ -56,3 +57,21 @@ def test_no_host_read_between_logging_steps(tiny_collected, tmp_path, monkeypatc
     known = {("losses.py", "forward"), ("masking_utils.py", "_ignore_causal_mask_sdpa")}
     between = {k: c for k, c in reads.items() if k[0] < 19 and k[2:] not in known}
     assert not between, between
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if "train/loss" in r]
+    assert len(train_rows) == 1 and train_rows[0]["train/input_tokens_per_s"] > train_rows[0]["train/tokens_per_s"] > 0
+    assert "train/mfu" not in train_rows[0]  # no device peak on a CPU
+
+
+def test_mfu_from_the_peak_table_and_flops_per_token(monkeypatch):
+    assert loop.peak_flops("NVIDIA H100 80GB HBM3") == loop.peak_flops("NVIDIA H200") == 989e12
+    assert loop.peak_flops("NVIDIA H100 PCIe") == 756e12 and loop.peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert loop.peak_flops("Quadro P1000") is None
+    assert loop.flops_per_token(1000, 2, 8, 10.0) == 6 * 1000 + 12 * 2 * 8 * 10
+    clock = iter([100.0, 102.0, 102.0])  # a 2 s window (then the next one starts)
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: next(clock))
+    speed = loop.Throughput(world=2, trainable_params=1000, layers=2, hidden=8, peak=1e9)
+    speed.add({"trained": 30, "inputs": 50, "sequences": 5})
+    trained_per_s, more = speed.read()
+    assert trained_per_s == 30 and more["train/input_tokens_per_s"] == 50
+    assert more["train/mfu"] == round(loop.flops_per_token(1000, 2, 8, 10.0) * 50 / 2e9, 5)

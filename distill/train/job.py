@@ -254,19 +254,25 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     if step == 0:
         last_eval = loop.report_eval(run, held, 0, log)
     # the logging window is saved with each checkpoint, so a resumed run logs the same averages
-    t0, tokens_seen, window = time.perf_counter(), 0, list(state.get("window", [])) if state else []
+    window = list(state.get("window", [])) if state else []
     stop = loop.StopSignal()
     # a step's micro-batches are collated ahead, off the main thread, from this step on (batches.feed)
     step_batches = batches.StepBatches(train_ex, order, draft.vocab, step, cfg.max_steps, cfg.grad_accum, world,
                                        accelerator.process_index, map_inputs=cfg.design == "standalone")
     feed = batches.feed(step_batches, data_workers(cfg))
     pending = loop.Pending()  # steps' loss rows still on the device: read at logging, evaluation and saving steps
+    # tokens/s over each logging window without its evals and saves; MFU where the device's bf16 peak is known
+    bf16_cuda = accelerator.device.type == "cuda" and accelerator.mixed_precision == "bf16"
+    speed = loop.Throughput(world, int(draft.card.get("trainable_params", 0)), int(draft.card.get("layers", 0)),
+                            int(draft.card.get("hidden_size", 0)),
+                            loop.peak_flops(torch.cuda.get_device_name(accelerator.device)) if bf16_cuda else None)
     try:
         while step < cfg.max_steps:
             for g in optimizer.param_groups:
                 g["lr"] = lr_at(cfg, step, peak)
             row, names, tokens = loop.train_step(run, feed, step)  # row on the device: no host read
-            step, tokens_seen = step + 1, tokens_seen + tokens
+            step = step + 1
+            speed.add(tokens)
             pending.add(step, row, names)
             logging = step % cfg.log_every == 0 or step == cfg.max_steps
             evaluating = step % cfg.eval_every == 0 or step == cfg.max_steps
@@ -277,15 +283,17 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
                     loop.check_finite(run, r, at, log)
                     window.append(r)
             if logging:
-                metrics = loop.train_metrics(window, lr_at(cfg, step - 1, peak),
-                                             tokens_seen * world / (time.perf_counter() - t0), run.skipped)
+                trained_per_s, more = speed.read()
+                metrics = loop.train_metrics(window, lr_at(cfg, step - 1, peak), trained_per_s, run.skipped, more)
                 window = []
                 tracker.log(metrics, step=step)
                 log(f"step {step}: loss {metrics['train/loss']:.4f} lr {metrics['train/lr']:.2e} {metrics['train/tokens_per_s']} tok/s")
             if evaluating:
-                last_eval = loop.report_eval(run, held, step, log)
+                with speed.pause():
+                    last_eval = loop.report_eval(run, held, step, log)
             if saving:
-                loop.save_checkpoint(run, step, last_eval, window)
+                with speed.pause():
+                    loop.save_checkpoint(run, step, last_eval, window)
             if stopping:
                 log(f"stopped by signal at step {step}; rerun the same command to resume")
                 break

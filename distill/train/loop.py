@@ -5,8 +5,10 @@ job.train() runs the loop itself; these are its steps, sharing the run's fixed p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,9 +44,10 @@ class Run:
     skipped_in_row: int = 0         # of them, the latest consecutive ones
 
 
-def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], int]:
+def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], dict]:
     """Optimizer step `step` over grad_accum micro-batches, the next ones of `feed` (batches.feed, which starts at
-    the run's first step): (row, names, trained positions on this rank), row the (2 + parts,) device tensor
+    the run's first step): (row, names, tokens), tokens {"trained": positions, "inputs": input tokens (padding
+    excluded), "sequences"} of this rank, row the (2 + parts,) device tensor
     [loss, non-finite flag, part, ...] of this rank, means over the micro-batches, names the parts' names. Nothing
     here reads the device (no host sync): Pending collects the rows and reads them, averaged over ranks, only where
     the loop needs them (logging, evaluation, saving; job.train).
@@ -57,10 +60,14 @@ def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], int]
     cfg, accelerator, student, optimizer = run.cfg, run.accelerator, run.student, run.optimizer
     deepspeed = accelerator.state.deepspeed_plugin is not None
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper steps this one
-    step_loss, parts_sum, tokens = torch.zeros((), device=accelerator.device), {}, 0
+    step_loss, parts_sum = torch.zeros((), device=accelerator.device), {}
+    tokens = {"trained": 0, "inputs": 0, "sequences": 0}
     bad = torch.zeros((), device=accelerator.device)
     for _ in range(cfg.grad_accum):
-        b = {k: v.to(accelerator.device, non_blocking=True) for k, v in next(feed).items()}
+        host = next(feed)
+        tokens["inputs"] += int(host["attention_mask"].numpy().sum())  # on the host (numpy): no device read
+        tokens["sequences"] += host["input_ids"].shape[0]
+        b = {k: v.to(accelerator.device, non_blocking=True) for k, v in host.items()}
         if run.online is not None:  # a feature head's features, from the target now
             b["features"] = run.online(b)
         with accelerator.accumulate(student):
@@ -80,7 +87,7 @@ def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], int]
         for k, v in parts.items():
             v = torch.as_tensor(v).detach().to(device=step_loss.device, dtype=torch.float32)
             parts_sum[k] = parts_sum.get(k, 0.0) + v / cfg.grad_accum
-        tokens += len(b["sel"])  # a shape: no device read
+        tokens["trained"] += len(b["sel"])  # a shape: no device read
     names = list(parts_sum)
     return torch.stack([step_loss.float(), bad, *(parts_sum[k] for k in names)]), names, tokens
 
@@ -138,13 +145,70 @@ def check_finite(run: Run, row: dict, step: int, log) -> None:
                         f"checkpoint is {last[0] if last else 'none (no checkpoint yet)'}; lower --lr or check the data")
 
 
-def train_metrics(window: list[dict], lr: float, tokens_per_s: float, skipped: int = 0) -> dict:
+def train_metrics(window: list[dict], lr: float, tokens_per_s: float, skipped: int = 0, speed: dict | None = None) -> dict:
     """train/* over the logging window: each trained (not skipped) step's loss and parts averaged, the step's lr,
-    throughput, and the non-finite steps skipped so far in the run."""
+    throughput (trained positions a second over the window, all ranks; `speed`: more of it, Throughput.read),
+    and the non-finite steps skipped so far in the run."""
     ok = [w for w in window if not w.get("skipped")] or window
     mean = {k: sum(w[k] for w in ok) / len(ok) for k in ok[0] if k != "skipped"}
     return {"train/loss": round(mean.pop("loss"), 5), "train/lr": lr, "train/tokens_per_s": round(tokens_per_s, 1),
-            "train/skipped_steps": skipped, **{f"train/loss_{k}": round(v, 5) for k, v in mean.items()}}
+            **(speed or {}), "train/skipped_steps": skipped, **{f"train/loss_{k}": round(v, 5) for k, v in mean.items()}}
+
+
+# bf16 dense tensor-core peaks (FLOP/s, no sparsity) by CUDA device name; the first entry found in the name wins
+PEAK_BF16 = (("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("GH200", 989e12),
+             ("A100", 312e12), ("L40S", 362e12), ("L4", 121e12))
+
+
+def peak_flops(device_name: str) -> float | None:
+    """The bf16 dense peak of a CUDA device by its name (torch.cuda.get_device_name), None when not in PEAK_BF16."""
+    return next((f for key, f in PEAK_BF16 if key in device_name), None)
+
+
+def flops_per_token(trainable_params: int, layers: int, hidden: int, context: float) -> float:
+    """Training FLOPs a token (PaLM's convention): 6 x trainable parameters (forward 2, backward 4) + the attention
+    scores and mixing, 12 x layers x hidden x context (context = the mean input length). Frozen parameters'
+    backward (activation gradients through them) is not counted, nor a feature head's TTT unroll: an underestimate
+    for those."""
+    return 6.0 * trainable_params + 12.0 * layers * hidden * context
+
+
+class Throughput:
+    """Tokens a second over each logging window, the time of evaluations and saves left out (pause() around them);
+    with a known device peak, MFU (model FLOPs utilisation) from flops_per_token. Read at logging steps, where the
+    loop has just read the device (so queued work is done)."""
+
+    def __init__(self, world: int, trainable_params: int, layers: int, hidden: int, peak: float | None):
+        self.world, self.params, self.layers, self.hidden, self.peak = world, trainable_params, layers, hidden, peak
+        self.start, self.paused = time.perf_counter(), 0.0
+        self.tokens = {"trained": 0, "inputs": 0, "sequences": 0}
+
+    def add(self, tokens: dict) -> None:
+        for k in self.tokens:
+            self.tokens[k] += tokens[k]
+
+    @contextlib.contextmanager
+    def pause(self):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.paused += time.perf_counter() - t
+
+    def read(self) -> tuple[float, dict]:
+        """(trained positions a second, {"train/input_tokens_per_s", "train/mfu" with a peak}) over the window
+        since the last read, all ranks together; then a new window."""
+        seconds = max(time.perf_counter() - self.start - self.paused, 1e-9)
+        t = self.tokens
+        inputs_per_s = t["inputs"] * self.world / seconds
+        out = {"train/input_tokens_per_s": round(inputs_per_s, 1)}
+        if self.peak and t["sequences"]:
+            flops = flops_per_token(self.params, self.layers, self.hidden, t["inputs"] / t["sequences"])
+            out["train/mfu"] = round(flops * inputs_per_s / (self.peak * self.world), 5)
+        trained_per_s = t["trained"] * self.world / seconds
+        self.start, self.paused = time.perf_counter(), 0.0
+        self.tokens = {k: 0 for k in t}
+        return trained_per_s, out
 
 
 def report_eval(run: Run, held: proxy.HeldOut, step: int, log) -> dict:
