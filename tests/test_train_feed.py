@@ -48,3 +48,27 @@ def test_feed_bench_prints_tokens_per_s_for_the_collection_and_wide_features(tin
     assert m and m.group(2) == tiny_collected.data, last
     assert got["collection"]["tokens"] == got["features"]["tokens"] > 0
     assert all(v > 0 for v in got["tokens_per_s"].values())
+
+
+def test_batch_tokens_buckets_by_length_within_the_budget_and_batch_size_stays_as_it_was():
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 60, 200).tolist()
+    for epoch in (0, 1):
+        order = batches.batch_order(lengths, 8, 3, epoch, batch_tokens=120)
+        assert sorted(i for b in order for i in b) == list(range(200))  # every example once an epoch
+        assert all(len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 120 for b in order)
+        assert order == batches.batch_order(lengths, 8, 3, epoch, batch_tokens=120)  # a resumed run repeats it
+        assert len({len(b) for b in order}) > 2  # short examples in larger batches
+        assert batches.batch_order(lengths, 8, 3, epoch) == batches.batch_order(lengths, 8, 3, epoch, batch_tokens=0)
+        assert all(len(b) == 8 for b in batches.batch_order(lengths, 8, 3, epoch))  # 200 = 25 x 8
+
+
+def test_a_run_trains_with_batch_tokens(tiny_collected, tmp_path, torch_single_thread):
+    from decode import cli
+    from distill.train import TrainConfig, train
+
+    argv = ["--target", tiny_collected.target, "--data", tiny_collected.data, "--eval-data", tiny_collected.heldout,
+            "--output", str(tmp_path / "run"), "--max-steps", "2", "--batch-tokens", "64", "--eval-rows", "2",
+            "--warmup-steps", "1", "--report-to", "none", "--vocab", "512"]
+    run = train(cli.parse(TrainConfig, argv), argv)
+    assert (run / "checkpoint-000002" / "hf").is_dir()

@@ -197,13 +197,24 @@ def _per_row(col) -> list[np.ndarray]:
     return np.split(values, bounds)
 
 
-def batch_order(lengths: list[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
-    """Batches of similar-length examples (little padding), in an order shuffled by (seed, epoch)."""
+def batch_order(lengths: list[int], batch_size: int, seed: int, epoch: int, batch_tokens: int = 0) -> list[list[int]]:
+    """Batches of similar-length examples (little padding), in an order shuffled by (seed, epoch): batch_size
+    examples each, or with batch_tokens > 0 as many as fit in batch_tokens padded tokens (examples x the longest
+    of them; at least one), so short examples go in large batches and long ones in small (length bucketing)."""
     rng = random.Random(seed * 100003 + epoch)
     idx = list(range(len(lengths)))
     rng.shuffle(idx)  # ties in length broken randomly per epoch
     idx.sort(key=lambda i: lengths[i])
-    batches = [idx[i: i + batch_size] for i in range(0, len(idx), batch_size)]
+    if batch_tokens > 0:
+        batches, current = [], []
+        for i in idx:  # ascending lengths: the newest example is the longest of its batch
+            if current and (len(current) + 1) * lengths[i] > batch_tokens:
+                batches.append(current)
+                current = []
+            current.append(i)
+        batches += [current] if current else []
+    else:
+        batches = [idx[i: i + batch_size] for i in range(0, len(idx), batch_size)]
     rng.shuffle(batches)
     return batches
 

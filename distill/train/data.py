@@ -121,9 +121,10 @@ def default_max_seq_len(cfg: TrainConfig, data: Data) -> int:
 
 def batch_order(cfg: TrainConfig, examples: batches.Examples):
     """epoch -> that epoch's batches of example indices (batches.batch_order: similar lengths, shuffled by seed
-    and epoch); the few epochs a run is in are cached."""
+    and epoch; --batch-size examples each, or by --batch-tokens); the few epochs a run is in are cached."""
     lengths = examples.lengths.tolist()
-    return functools.lru_cache(maxsize=4)(lambda epoch: batches.batch_order(lengths, cfg.batch_size, cfg.seed, epoch))
+    return functools.lru_cache(maxsize=4)(lambda epoch: batches.batch_order(lengths, cfg.batch_size, cfg.seed, epoch,
+                                                                            cfg.batch_tokens))
 
 
 def data_workers(cfg: TrainConfig) -> int:

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m distill.train.feed_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="a collection folder (the output of python -m distill.collect)")
     ap.add_argument("--batch-size", type=int, default=8, help="sequences a micro-batch (the training default)")
+    ap.add_argument("--batch-tokens", type=int, default=0, help="padded tokens a micro-batch instead (0 = --batch-size)")
     ap.add_argument("--max-seq-len", type=int, default=0, help="0 = the collection's max_new_tokens + 512, as training")
     ap.add_argument("--batches", type=int, default=200, help="micro-batches timed, the epoch repeated as needed (0 = one epoch)")
     ap.add_argument("--feature-width", type=int, default=4096, help="width of the synthetic bf16 head features")
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     max_seq_len = args.max_seq_len or ((settings.get("max_new_tokens") or int(batches.row_lengths(ds)[1].max(initial=0)))
                                        + PROMPT_TOKENS)
     examples = batches.Examples.index(ds, max_seq_len)
-    order = batches.batch_order(examples.lengths.tolist(), args.batch_size, args.seed, 0)
+    order = batches.batch_order(examples.lengths.tolist(), args.batch_size, args.seed, 0, args.batch_tokens)
     if args.batches:
         order = (order * (args.batches // max(1, len(order)) + 1))[: args.batches]
     device = _device(args.device)
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> dict:
     rate = {name: r["tokens"] / r["seconds"] if r["seconds"] > 0 else float("inf")
             for name, r in (("collection", plain), ("features", head))}
     for name, r in (("collection", plain), ("features", head)):
-        print(f"{name}: {r['batches']} micro-batches of {args.batch_size}, {r['tokens']} input tokens "
+        size = f"<= {args.batch_tokens} tokens" if args.batch_tokens else args.batch_size
+        print(f"{name}: {r['batches']} micro-batches of {size}, {r['tokens']} input tokens "
               f"({r['trained']} trained) in {r['seconds']:.3f} s on {device}")
     print(f"feed_bench: {rate['collection']:,.0f} tokens/s for {args.data}; "
           f"{rate['features']:,.0f} tokens/s with {args.feature_width}-wide bf16 head features")

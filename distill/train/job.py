@@ -88,6 +88,8 @@ class TrainConfig:
     min_lr_ratio: float = field(default=0.1, metadata={"help": "the cosine decays to this fraction of --lr at --max-steps"})
     max_steps: int = field(default=300, metadata={"help": "optimizer steps"})
     batch_size: int = field(default=8, metadata={"help": "sequences per micro-batch per process"})
+    batch_tokens: int = field(default=0, metadata={"help": "padded tokens per micro-batch per process, similar lengths "
+                                                            "together (replaces --batch-size in training; 0 = off)"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
     max_seq_len: int | None = field(default=None, metadata={"help": "prompt + response tokens; the prompt is cut from "
                                     "the left beyond this. None = the longest response the collection can hold "
@@ -156,7 +158,7 @@ class TrainConfig:
 # the numbers a run cannot use below a bound (a typo such as --lr -1e-3 would otherwise train backwards)
 AT_LEAST = {1: ("max_steps", "max_nonfinite_steps", "ttt_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "signal_every", "loss_chunk_mb",
                 "spec_eval_gamma", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"),
-            0: ("lr_width", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
+            0: ("lr_width", "batch_tokens", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
 
 
 def check_bounds(cfg: TrainConfig) -> None:
