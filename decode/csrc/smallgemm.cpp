@@ -15,8 +15,9 @@
 // One source, three builds (decode/smallgemm.py: one extension per ISA, chosen by the compiler flags):
 //   __AVX512F__            a 64-column block is four 16-float zmm registers; 6 rows x 4 accumulators + 4 weight
 //                          registers fit the 32 registers
-//   __AVX2__ + FMA + F16C  16 ymm registers: the block is taken as four 16-column sub-blocks, one after the other,
-//                          each 2 weight + up to 6 x 2 accumulator + 1 broadcast = 15 registers. A sub-block reads
+//   __AVX2__ + FMA + F16C  16 ymm registers: the block is taken as sub-blocks one after the other, as wide as R
+//                          rows of accumulators allow (kSubWidth: 64 columns for 1 row, 32 for 2-3, 16 for 4-6:
+//                          2 weight + up to 6 x 2 accumulator + 1 broadcast = 15 registers). A sub-block reads
 //                          its own cache line of each float32 block row (64 bytes), so DRAM still sees one read of
 //                          the weight; the block is walked in chunks of KC rows (a page), all four sub-blocks per
 //                          chunk (accumulators parked in `out` between chunks, which keeps the summation order), so the
@@ -90,27 +91,44 @@ static inline __m256 load8(const int8_t* p) {  // exact, as above
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
+// The sub-block is as wide as the registers allow for R rows: the whole 64-column block for one row (8
+// accumulators, the block row's 256 bytes read in one sequential run, as the AVX-512 build does), 32 columns for
+// 2-3 rows (up to 12 accumulators + 3 broadcasts + 1 weight), 16 for 4-6 (the 15 registers above). Fewer, wider
+// sub-blocks mean fewer passes over each chunk. The summation order of every column is the same in each.
+template <int R>
+constexpr int kSubWidth = R == 1 ? 64 : R <= 3 ? 32 : 16;
+
 template <int R, typename W>
 static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out) {
   // x: (R, K) rows, wb: (K, BLOCK) one packed block, out: (R, BLOCK), also the accumulators between chunks
+  constexpr int SW = kSubWidth<R>, Q = SW / 8;
   for (int64_t k0 = 0; k0 < K; k0 += KC) {
     const int64_t k1 = std::min(K, k0 + KC);
-    for (int s = 0; s < BLOCK; s += 16) {  // one 16-column sub-block: columns s..s+15
-      __m256 acc[R][2];
+    for (int s = 0; s < BLOCK; s += SW) {  // one sub-block: columns s..s+SW-1
+      __m256 acc[R][Q];
       for (int r = 0; r < R; ++r)
-        for (int q = 0; q < 2; ++q)
+        for (int q = 0; q < Q; ++q)
           acc[r][q] = k0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + r * BLOCK + s + 8 * q);
       for (int64_t k = k0; k < k1; ++k) {
         const W* wk = wb + k * BLOCK + s;
-        const __m256 w0 = load8(wk), w1 = load8(wk + 8);
-        for (int r = 0; r < R; ++r) {
-          const __m256 xr = _mm256_broadcast_ss(x + r * K + k);
-          acc[r][0] = _mm256_fmadd_ps(xr, w0, acc[r][0]);
-          acc[r][1] = _mm256_fmadd_ps(xr, w1, acc[r][1]);
+        if constexpr (Q == 2) {  // 4-6 rows: both weight registers, one broadcast at a time
+          const __m256 w0 = load8(wk), w1 = load8(wk + 8);
+          for (int r = 0; r < R; ++r) {
+            const __m256 xr = _mm256_broadcast_ss(x + r * K + k);
+            acc[r][0] = _mm256_fmadd_ps(xr, w0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(xr, w1, acc[r][1]);
+          }
+        } else {  // 1-3 rows: every broadcast, one weight register at a time
+          __m256 xr[R];
+          for (int r = 0; r < R; ++r) xr[r] = _mm256_broadcast_ss(x + r * K + k);
+          for (int q = 0; q < Q; ++q) {
+            const __m256 w = load8(wk + 8 * q);
+            for (int r = 0; r < R; ++r) acc[r][q] = _mm256_fmadd_ps(xr[r], w, acc[r][q]);
+          }
         }
       }
       for (int r = 0; r < R; ++r)
-        for (int q = 0; q < 2; ++q) _mm256_storeu_ps(out + r * BLOCK + s + 8 * q, acc[r][q]);
+        for (int q = 0; q < Q; ++q) _mm256_storeu_ps(out + r * BLOCK + s + 8 * q, acc[r][q]);
     }
   }
 }
