@@ -176,13 +176,8 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     ours(None, encoded[0], None, 0)
     if hf_anchor:
         hf_generate(target, encoded[0], first.max_new_tokens, sampling, 0, eos)
-    static_failed = None
-    try:
-        for ids in encoded if hf_static else ():
-            hf_generate(target, ids, first.max_new_tokens, sampling, 0, eos, static=True)
-    except Exception as e:  # noqa: BLE001 (an optional anchor: torch.compile's many failure modes skip the row, said)
-        hf_static, static_failed = False, f"transformers' compiled generate failed: {type(e).__name__}: {e}"[:500]
-        print(f"bench: {static_failed}", file=sys.stderr)
+    static_failed = _warm_static(target, encoded, first.max_new_tokens, sampling, eos) if hf_static else None
+    hf_static = hf_static and static_failed is None
     for (draft, cfg, _), hf_on in zip(runs, do_hf):
         ours(draft, encoded[0], cfg, 0)
         if hf_on:
@@ -225,15 +220,7 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
                                             partial(ours, draft, cfg=cfg, seed=seed), first.max_new_tokens)
                 _warn(bad, row, cfg, "speculative output", "the target alone")
             if hf_on:
-                y, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, draft.model, cfg)
-                a["hf"]["tokens"] += len(y)
-                a["hf"]["seconds"] += secs
-                a["hf"]["matches_target"] += int(y == ref_hf)
-                if sampling.greedy:  # transformers' assisted against transformers' own generate
-                    bad = lossless.check_prompt(a["hf_verdict"], row["id"], hf_runner, ids, ref_hf, y, partial(
-                        hf_generate, target, sampling=sampling, seed=seed, eos=eos, draft=draft.model, cfg=cfg),
-                        first.max_new_tokens)
-                    _warn(bad, row, cfg, "transformers' assisted generation", "transformers' generate")
+                _hf_assisted(target, hf_runner, draft, cfg, row, ids, ref_hf, seed, sampling, eos, a)
             if log:
                 lookup = f" lookup {cfg.lookup}" if cfg.lookup else ""
                 lookup += f" top-{cfg.candidates}" if cfg.candidates > 1 else ""
@@ -250,6 +237,33 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
                    sampling.greedy, hf_rows)
             for (draft, cfg, _), hf_on, why, a, lat in zip(runs, do_hf, hf_skip, acc,
                                                             _latencies(target, runs, b["tokens"]))]
+
+
+def _warm_static(target, encoded: list[list[int]], n: int, sampling, eos) -> str | None:
+    """Warm transformers' static-cache generate up on every prompt (it compiles: one graph per cache size, none
+    of it timed); why it failed, or None. An optional anchor: torch.compile's many failure modes skip the row."""
+    try:
+        for ids in encoded:
+            hf_generate(target, ids, n, sampling, 0, eos, static=True)
+    except Exception as e:  # noqa: BLE001 (said on stderr and in the row)
+        failed = f"transformers' compiled generate failed: {type(e).__name__}: {e}"[:500]
+        print(f"bench: {failed}", file=sys.stderr)
+        return failed
+    return None
+
+
+def _hf_assisted(target, hf_runner, draft, cfg, row: dict, ids: list[int], ref_hf: list[int], seed: int, sampling,
+                 eos, a: dict) -> None:
+    """transformers' assisted generation on one prompt, timed into a["hf"] and, greedy, judged against
+    transformers' own generate (ref_hf) into a["hf_verdict"]."""
+    y, secs = hf_generate(target, ids, cfg.max_new_tokens, sampling, seed, eos, draft.model, cfg)
+    a["hf"]["tokens"] += len(y)
+    a["hf"]["seconds"] += secs
+    a["hf"]["matches_target"] += int(y == ref_hf)
+    if sampling.greedy:
+        bad = lossless.check_prompt(a["hf_verdict"], row["id"], hf_runner, ids, ref_hf, y, partial(
+            hf_generate, target, sampling=sampling, seed=seed, eos=eos, draft=draft.model, cfg=cfg), cfg.max_new_tokens)
+        _warn(bad, row, cfg, "transformers' assisted generation", "transformers' generate")
 
 
 def _row(gen: dict) -> dict:

@@ -149,16 +149,18 @@ def verify_on_device(target, cache, last: int, proposal: Proposal, stats: Stats)
     stats.target_forwards += 1
     both = torch.cat([proposal.device_tokens, logits.argmax(-1)]).tolist()
     g = len(proposal.device_tokens)
-    proposal.tokens, best = both[:g], both[g:]
-    n = 0
-    while n < g and proposal.tokens[n] == best[n]:
-        n += 1
-    return logits, n, best[n]
+    proposal.tokens = both[:g]
+    return (logits, *matched(proposal.tokens, both[g:]))
 
 
 def accept_greedy(proposals: list[int], target_logits: torch.Tensor) -> tuple[int, int]:
     """(g,) proposals, (g+1, V) logits -> (n accepted, next token): exact match with the target's argmax."""
-    best = target_logits.argmax(-1).tolist()
+    return matched(proposals, target_logits.argmax(-1).tolist())
+
+
+def matched(proposals: list[int], best: list[int]) -> tuple[int, int]:
+    """(n, next): the length of the prefix of proposals equal to the target's argmax tokens `best` (g+1), and
+    the target's token after it."""
     n = 0
     while n < len(proposals) and proposals[n] == best[n]:
         n += 1

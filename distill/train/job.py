@@ -263,11 +263,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
                                        accelerator.process_index, map_inputs=cfg.design == "standalone")
     feed = batches.feed(step_batches, data_workers(cfg))
     pending = loop.Pending()  # steps' loss rows still on the device: read at logging, evaluation and saving steps
-    # tokens/s over each logging window without its evals and saves; MFU where the device's bf16 peak is known
-    bf16_cuda = accelerator.device.type == "cuda" and accelerator.mixed_precision == "bf16"
-    speed = loop.Throughput(world, int(draft.card.get("trainable_params", 0)), int(draft.card.get("layers", 0)),
-                            int(draft.card.get("hidden_size", 0)),
-                            loop.peak_flops(torch.cuda.get_device_name(accelerator.device)) if bf16_cuda else None)
+    speed = throughput(accelerator, draft)
     try:
         while step < cfg.max_steps:
             for g in optimizer.param_groups:
@@ -306,6 +302,15 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
 
 
 # --- setup ---------------------------------------------------------------------------------------------------
+
+
+def throughput(accelerator, draft) -> loop.Throughput:
+    """tokens/s over each logging window without its evals and saves; MFU where the device's bf16 peak is known."""
+    bf16_cuda = accelerator.device.type == "cuda" and accelerator.mixed_precision == "bf16"
+    card = draft.card
+    return loop.Throughput(accelerator.num_processes, int(card.get("trainable_params", 0)), int(card.get("layers", 0)),
+                           int(card.get("hidden_size", 0)),
+                           loop.peak_flops(torch.cuda.get_device_name(accelerator.device)) if bf16_cuda else None)
 
 
 def launch_command(argv: list[str]) -> str:
