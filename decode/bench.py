@@ -7,9 +7,11 @@ All three run in one process on the same prompts after a warm-up, interleaved pr
 machine noise hits them alike; ratios are the result, absolute times are only as good as the machine.
 transformers runs at the same constant γ with no confidence threshold, so both decoders make the same
 proposals and speedup_vs_hf_assisted measures decoder overhead alone. transformers cannot run a feature head
-(EAGLE-3 style, decode.feature_head), a reduced-vocabulary draft or top-K candidates; the result then says why
+(EAGLE-3 style, decode.feature_head), a reduced-vocabulary draft or a token tree; the result then says why
 (`hf_assisted_skipped`). A feature head folder is one more --draft: α, τ, c (its step, feature_head.HeadRunner,
-against the target's) and v(γ) as for any draft, one chain (candidates 1) with its own weights (no --draft-weights).
+against the target's) and v(γ) as for any draft, with its own weights (no --draft-weights).
+With --tree-nodes N (decode.tree) each round verifies a token tree of N nodes: the cost model then predicts from
+the measured τ, the draft's levels a round (c each) and v(N) (costmodel.tree_speedup).
 `lossless` is decode.lossless's rule for the target's dtype (float32: token for token; bf16/fp16: divergences
 excused only at near-ties within an ε calibrated here, counted in the result): ours is judged against our target
 alone, transformers' assisted generation against transformers' own generate (timed too: the hf_generate row).
@@ -49,7 +51,7 @@ from decode.targets import (
 
 @dataclass
 class BenchConfig(DecodeOptions):
-    """The decoding knobs (DecodeOptions: γ, schedule, lookup, candidates, draft weights, sampling) and the run's."""
+    """The decoding knobs (DecodeOptions: γ, schedule, lookup, tree nodes, draft weights, sampling) and the run's."""
 
     target: str = field(default="default", metadata={"help": "target: default, an HF folder, a Hub id or a .gguf file"})
     draft: str = field(default="layers:0,1,28,29", metadata={"help": "draft folder, `default` (the target itself) or "
@@ -93,13 +95,9 @@ def draft_kind(draft) -> str | None:
 
 
 def check_head_options(draft, cfg: DecodeOptions, name: str) -> None:
-    """A feature head drafts one chain with its own weights: top-K candidates and --draft-weights are for
-    standalone drafts (decode.speculative refuses candidates > 1 too, but only once the target alone has run)."""
+    """A feature head runs with its own weights: --draft-weights is for standalone drafts."""
     if not is_head(draft):
         return
-    if cfg.candidates > 1:
-        raise UserError(f"{name} is a feature head: it drafts one chain; --candidates {cfg.candidates} is for "
-                        "standalone drafts, use --candidates 1")
     if cfg.draft_weights != DecodeOptions.draft_weights:
         raise UserError(f"{name} is a feature head: it runs with its own weights; --draft-weights {cfg.draft_weights} "
                         f"is for standalone (FastLlama) drafts, use --draft-weights {DecodeOptions.draft_weights}")
@@ -115,8 +113,8 @@ def hf_skip_reason(draft, cfg: DecodeOptions) -> str | None:
     if draft.vocab_map is not None:
         return ("a reduced-vocabulary draft speaks other token ids than the target; transformers' assisted generation "
                 "needs the target's")
-    if cfg.candidates > 1:
-        return "transformers' assisted generation verifies one candidate per position"
+    if cfg.tree_nodes:
+        return "transformers' assisted generation verifies a chain, not a token tree"
     return None
 
 
@@ -223,7 +221,7 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
                 _hf_assisted(target, hf_runner, draft, cfg, row, ids, ref_hf, seed, sampling, eos, a)
             if log:
                 lookup = f" lookup {cfg.lookup}" if cfg.lookup else ""
-                lookup += f" top-{cfg.candidates}" if cfg.candidates > 1 else ""
+                lookup += f" tree-{cfg.tree_nodes}" if cfg.tree_nodes else ""
                 log(f"[{i + 1}/{len(rows)}] {row['id']} {cfg.draft} γ={cfg.gamma}{lookup}: {len(out)} tokens, "
                     f"accepted {s1.accepted}/{s1.proposed}")
 
@@ -283,8 +281,8 @@ def _latencies(target, runs: list[tuple], timed_tokens: int) -> list[dict]:
     for draft, cfg, _ in runs:
         key = (id(draft), cfg.draft_weights)
         if key not in lat_cache:
-            # v at every verification size these runs use: γ + candidates - 1 tokens after the last one
-            gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.gamma + c.candidates - 1 for d, c, _ in runs if d is draft)})
+            # v at every verification size these runs use: γ (a tree: its nodes) tokens after the last one
+            gammas = sorted({1, 2, 3, 4, 5, 6, 8, *(c.tree_nodes or c.gamma for d, c, _ in runs if d is draft)})
             lat_cache[key] = latency.measure(target, draft.model, gammas, repeats=repeats,
                                              draft_weights=cfg.draft_weights, known_v=v_seen)
             v_seen.update({int(g): x for g, x in lat_cache[key]["v"].items()})
@@ -323,7 +321,7 @@ def _entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prompts: i
         "schedule": cfg.schedule,
         "lookup": cfg.lookup,
         "lookup_tokens": cfg.lookup_tokens,
-        "candidates": cfg.candidates,
+        "tree_nodes": cfg.tree_nodes,
         "draft_weights": cfg.draft_weights,
         "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s")},
         "hf_generate": hf_rows.get("hf_generate"),  # transformers' target alone: the anchor, hf_assisted's reference
@@ -373,22 +371,31 @@ def _cost_model(cfg: BenchConfig, spec: Stats, b: dict, lat: dict, speedup: floa
     p = (costmodel.alpha_iid(d_acc, d_rounds, spec.full_rounds - spec.lookup_full)
          if cfg.schedule == "constant" else alpha)
     lookup_model = _lookup_model(spec)
-    in_run = _costs_in_run(spec, b, cfg.gamma)
+    # c per draft forward: a chain's γ steps, a tree's levels
+    in_run = _costs_in_run(spec, b, spec.tree_levels / spec.tree_rounds if spec.tree_rounds else cfg.gamma)
     best_g, best_pred = costmodel.best_gamma(p, lat["c"], v)
     return {
         **lat,
         "alpha": round(alpha, 4),
         "alpha_iid": round(p, 4),
         "predicted_tau": round(costmodel.tau(p, cfg.gamma), 4),
-        "predicted_speedup": round(_predict(cfg, p, lookup_model, lat["c"], v), 4),
+        "predicted_speedup": round(_predict(cfg, p, lookup_model, lat["c"], v, spec), 4),
+        "tree": _tree_model(spec) if cfg.tree_nodes else None,
         "lookup": {k: round(x, 4) for k, x in lookup_model.items()} if lookup_model else None,
         "measured_speedup": round(speedup, 4),
         "best_gamma": best_g,
         "best_gamma_predicted_speedup": round(best_pred, 4),
         # the same model with c and v(γ) taken from this run's own forward timings (see _costs_in_run)
         "in_run": in_run and {**in_run, "predicted_speedup": round(_predict(cfg, p, lookup_model, in_run["c"],
-                                                                            {g: in_run["v"] for g in v}), 4)},
+                                                                            {g: in_run["v"] for g in v}, spec), 4)},
     }
+
+
+def _tree_model(spec: Stats) -> dict:
+    """A tree run's cost-model inputs: per-depth acceptance, nodes verified and draft levels a round."""
+    r = max(spec.tree_rounds, 1)
+    return {"depth_acceptance": [round(x, 4) for x in costmodel.depth_acceptance(spec.accept_histogram)],
+            "nodes_per_pass": round(spec.tree_nodes / r, 3), "levels_per_round": round(spec.tree_levels / r, 3)}
 
 
 def _lookup_model(spec: Stats) -> dict | None:
@@ -402,17 +409,29 @@ def _lookup_model(spec: Stats) -> dict | None:
     }
 
 
-def _predict(cfg: BenchConfig, p: float, lookup_model: dict | None, c: float, vs: dict[int, float]) -> float:
-    """The cost model's speedup for per-token α p (and lookup rounds) at draft cost c and verify costs vs.
-    A draft round verifies γ + candidates - 1 tokens after the last one (siblings of d_1 included)."""
-    v_draft = vs[cfg.gamma + cfg.candidates - 1]
+def _predict(cfg: BenchConfig, p: float, lookup_model: dict | None, c: float, vs: dict[int, float],
+             spec: Stats) -> float:
+    """The cost model's speedup for per-token α p (and lookup rounds) at draft cost c and verify costs vs; for a
+    token tree, from the measured τ, levels and nodes a round (costmodel.tree_speedup)."""
+    if cfg.tree_nodes:
+        return costmodel.tree_speedup(spec.tau, spec.tree_levels / max(spec.tree_rounds, 1), c,
+                                      costmodel.v_at(vs, spec.tree_nodes / max(spec.tree_rounds, 1)),
+                                      *_lookup_round(lookup_model, vs))
+    v_draft = vs[cfg.gamma]
     if lookup_model:
         return costmodel.speedup_with_lookup(p, cfg.gamma, c, vs, lookup_model["share"], lookup_model["alpha_iid"],
                                              lookup_model["tokens"], v_draft=v_draft)
     return costmodel.speedup(p, cfg.gamma, c, v_draft)
 
 
-def _costs_in_run(spec, b: dict, gamma: int) -> dict | None:
+def _lookup_round(lookup_model: dict | None, vs: dict[int, float]) -> tuple[float, float]:
+    """(share of lookup rounds, v of their mean length) for costmodel.tree_speedup; (0, 0) without lookup."""
+    if not lookup_model:
+        return 0.0, 0.0
+    return lookup_model["share"], costmodel.v_at(vs, max(1, round(lookup_model["tokens"])))
+
+
+def _costs_in_run(spec, b: dict, gamma: float) -> dict | None:
     """c and v as this run saw them, in units of the target-alone run's mean forward time t1: c = draft seconds
     per draft round / γ / t1, v = mean target forward (verification or prefill) / t1. decode/latency.py measures
     them apart from the run, which on a shared CPU drifts between measurements; these drift with the run.

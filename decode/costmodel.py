@@ -46,12 +46,32 @@ def speedup_with_lookup(alpha: float, gamma: int, c: float, v: dict[int, float],
     A lookup round proposes lookup_len tokens (the mean; v at the nearest measured γ) with no draft forward, accepted
     i.i.d. with lookup_alpha; a draft round is the plain model. Per round on average:
         tokens = f·τ(α_l, g_l) + (1 − f)·τ(α, γ),   time = f·v(g_l) + (1 − f)·(γ·c + v(γ))   (f = lookup_share)
-    v_draft replaces v(γ) for a draft round that verifies more than γ + 1 tokens (siblings of d_1).
+    v_draft replaces v(γ) for a draft round that verifies another number of tokens than γ + 1.
     """
     g_l = min(v, key=lambda g: abs(g - lookup_len))
     tokens = lookup_share * tau(lookup_alpha, g_l) + (1 - lookup_share) * tau(alpha, gamma)
     time = lookup_share * v[g_l] + (1 - lookup_share) * (gamma * c + (v[gamma] if v_draft is None else v_draft))
     return tokens / time
+
+
+def tree_speedup(tau_: float, levels: float, c: float, v_nodes: float, lookup_share: float = 0.0,
+                 v_lookup: float = 0.0) -> float:
+    """Predicted speedup of token trees (decode.tree): tau_ tokens per round (measured: a tree's acceptance is not
+    i.i.d. per token, so τ comes from the run's per-depth acceptance), for `levels` draft forwards (c each) and one
+    verification of the tree's N nodes + 1 (v_nodes = v(N)) per draft round; a share of rounds proposed by context
+    lookup costs v_lookup each instead."""
+    return tau_ / (lookup_share * v_lookup + (1 - lookup_share) * (levels * c + v_nodes))
+
+
+def depth_acceptance(histogram: list[int]) -> list[float]:
+    """Per depth d = 1, 2, ...: the share of rounds that accepted a d-th token among those that accepted d - 1
+    (accept_histogram[k]: rounds that accepted exactly k)."""
+    out, reached = [], sum(histogram)
+    for d in range(1, len(histogram)):
+        further = sum(histogram[d:])
+        out.append(further / reached if reached else 0.0)
+        reached = further
+    return out
 
 
 def best_gamma(alpha: float, c: float, v: dict[int, float]) -> tuple[int, float]:

@@ -183,19 +183,21 @@ class FeatureHead(torch.nn.Module):
         return HeadCache(self.layers[0], max_len, self.dtype, self.device)
 
     @torch.no_grad()
-    def step(self, ids: list[int], hid: torch.Tensor, cache: HeadCache) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(self, ids: list[int], hid: torch.Tensor, cache: HeadCache, tree=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Run len(ids) positions after the cached ones: ids (n,) target ids, hid (n, H) -> (out (n, H), logits of
-        the last position (V_draft,)). Head position p sits at rotary position p + 1."""
+        the last position (V_draft,)). Head position p sits at rotary position p + 1.
+        tree = (positions (n,), mask (n, start + n) bool): a token tree's level (decode.tree), each row at head
+        position positions[i] attending where mask[i] is True; the logits are then every row's, (n, V_draft)."""
         n, start = len(ids), cache.length
         if start + n > cache.k.shape[2]:
             raise ValueError(f"head cache holds {cache.k.shape[2]} positions; {start + n} needed")
         x = torch.tensor([ids], device=self.device)
-        pos = torch.arange(start + 1, start + n + 1, device=self.device)[None]
+        pos, mask = (tree[0], tree[1]) if tree is not None else (torch.arange(start, start + n, device=self.device), None)
         past = (cache.k[:, :, :start], cache.v[:, :, :start]) if start else None
-        out, k, v = self.forward(x, hid[None].to(self.dtype), pos, past)
+        out, k, v = self.forward(x, hid[None].to(self.dtype), (pos + 1)[None], past, mask)
         cache.k[:, :, start:start + n], cache.v[:, :, start:start + n] = k, v
         cache.length = start + n
-        return out[0], self.logits(out[0, -1])
+        return out[0], self.logits(out[0] if tree is not None else out[0, -1])
 
     # --- the folder
 
@@ -259,8 +261,6 @@ class FeatureHead(torch.nn.Module):
 
 class HeadRunner:
     """A head as decode.latency times a draft step: one position from its own last output (runner protocol)."""
-
-    tree = False
 
     def __init__(self, head: FeatureHead):
         self.head, self.config, self.device = head, head.config, head.device

@@ -15,7 +15,8 @@ more than the weights themselves (ISSUE 37: 47 ms a target forward in the run). 
           written with index_copy_ at those positions, and attention reads the whole buffer under an additive mask
           built from them (masked rows are zeros, never NaN), one batched matmul per K/V head group, so GQA needs
           no expanded K/V.
-  other   a prompt (n > MAX_GRAPH_TOKENS) and sibling trees run FastLlama's eager forward on the same buffers.
+  other   a prompt (n > MAX_GRAPH_TOKENS) and token trees (decode.tree) run FastLlama's eager forward on the same
+          buffers.
   weights q|k|v and gate|up become one matmul each: the HF parameters are re-pointed into one buffer per layer
           (the same memory, one GEMV instead of two or three).
 
@@ -147,14 +148,14 @@ class GraphLlama(FastLlama):
         return cache
 
     @torch.no_grad()
-    def forward(self, ids, cache, keep: int, siblings: int = 0) -> torch.Tensor:
+    def forward(self, ids, cache, keep: int, tree=None) -> torch.Tensor:
         """FastLlama.forward's contract; ids: a list or a (n,) device tensor of ids. Graph replay where the
         module docstring says; the result is the caller's own tensor (a copy of the graph's output)."""
         n, start = len(ids), cache.length
         if start + n > cache.capacity:
             raise ValueError(f"KV cache holds {cache.capacity} positions; {start + n} needed")
-        if siblings or n > MAX_GRAPH_TOKENS or not isinstance(cache, GraphCache):
-            return super().forward(ids.tolist() if torch.is_tensor(ids) else ids, cache, keep, siblings)
+        if tree is not None or n > MAX_GRAPH_TOKENS or not isinstance(cache, GraphCache):
+            return super().forward(ids.tolist() if torch.is_tensor(ids) else ids, cache, keep, tree)
         if not torch.is_tensor(ids):
             ids = torch.tensor(ids, dtype=torch.long)
             ids = ids.pin_memory() if self.graphs else ids

@@ -172,8 +172,8 @@ def epsilon_of(paths: list[torch.Tensor], competing: int = COMPETING) -> float:
 
 def verify_sizes(options) -> set[int]:
     """The token counts of a run's verification forwards (options: decode.options.DecodeOptions), to calibrate ε
-    at: γ + 1 (+ K - 1 siblings); up to 4γ + 1 under the heuristic schedule; a lookup proposal + 1."""
-    sizes = {options.gamma + options.candidates}
+    at: γ + 1 (a token tree: its nodes + 1); up to 4γ + 1 under the heuristic schedule; a lookup proposal + 1."""
+    sizes = {(options.tree_nodes or options.gamma) + 1}
     sizes |= {4 * options.gamma + 1} if options.schedule == "heuristic" else set()
     return sizes | ({max(options.lookup_tokens, options.gamma) + 1} if options.lookup else set())
 

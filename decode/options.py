@@ -14,7 +14,7 @@ from decode.smallgemm import WEIGHTS
 
 SCHEDULES = ("constant", "heuristic", "dynamic")
 DEFAULT_CONFIDENCE = 0.4  # dynamic schedule: stop drafting once the draft's top probability falls below this
-# The most tokens a round drafts (γ) or verifies at its first position (candidates). Even at α = 0.9 a token 64
+# The most tokens a round drafts (γ) or verifies in a token tree (tree_nodes). Even at α = 0.9 a token 64
 # deep is accepted with probability 0.9^64 ≈ 0.001, so a longer chain only costs draft steps and a wider verify;
 # the caches are sized by it up front (γ = 100000 asked for a 9.2 GB cache for a 135M target).
 MAX_GAMMA = 64
@@ -38,8 +38,9 @@ class DecodeOptions:
                                                      "before (decode.lookup; 0 = off)"})
     lookup_tokens: int = field(default=0, metadata={"help": "tokens per lookup proposal (0 = γ); they cost no draft "
                                                             "forward, so more than γ usually pays"})
-    candidates: int = field(default=1, metadata={"help": "the draft's top-K tokens verified at the first drafted "
-                                                         "position (greedy, FastLlama target; 1 = a plain chain)"})
+    tree_nodes: int = field(default=0, metadata={"help": "draft a token tree of up to N nodes and γ levels each "
+                                                         "round, verified in one target forward (decode.tree; 0 = a "
+                                                         "chain of γ)"})
     draft_weights: str = field(default="float32", metadata={"help": "float32 | float16 | int8: a llama-family draft "
                                                                     "runs with weights stored so on CPU "
                                                                     "(decode.smallgemm: a cheaper draft step)"})
@@ -49,7 +50,7 @@ class DecodeOptions:
     top_p: float = field(default=1.0, metadata={"help": "sample within this probability mass (1 = off)"})
 
     def __post_init__(self):
-        greedy = self.sampling.greedy  # SamplingParams checks temperature, top_k and top_p
+        SamplingParams(self.temperature, self.top_k, self.top_p)  # its checks: temperature, top_k, top_p
         if not 1 <= self.gamma <= MAX_GAMMA:
             raise UserError(f"--gamma must be in 1..{MAX_GAMMA} (draft tokens per round; a token {MAX_GAMMA} deep "
                             f"is almost never accepted), got {self.gamma}")
@@ -61,16 +62,16 @@ class DecodeOptions:
             raise UserError(f"--lookup must be >= 0 (context n-gram length; 0 = off), got {self.lookup}")
         if self.lookup_tokens < 0:
             raise UserError(f"--lookup-tokens must be >= 0 (tokens per lookup proposal; 0 = γ), got {self.lookup_tokens}")
-        if not 1 <= self.candidates <= MAX_GAMMA:
-            raise UserError(f"--candidates must be in 1..{MAX_GAMMA} (the draft's top-K verified at the first drafted "
-                            f"position; 1 = a plain chain), got {self.candidates}")
+        if not 0 <= self.tree_nodes <= MAX_GAMMA:
+            raise UserError(f"--tree-nodes must be in 0..{MAX_GAMMA} (nodes of the token tree a round verifies; 0 = "
+                            f"a chain), got {self.tree_nodes}")
+        if self.tree_nodes and self.schedule != "constant":
+            raise UserError(f"--tree-nodes {self.tree_nodes} drafts γ levels every round; the {self.schedule} schedule "
+                            "changes a chain's length: use --schedule constant with a tree, or --tree-nodes 0")
         if self.draft_weights not in WEIGHTS:
             names = ", ".join(WEIGHTS)
             raise UserError(f"--draft-weights must be one of {names}, got {self.draft_weights!r} "
                             f"(in Python: draft_weights must be one of {names})")
-        if self.candidates > 1 and not greedy:
-            raise UserError("--candidates > 1 is for greedy decoding (sampled verification of several candidates "
-                            "is not implemented): use --temperature 0 or --candidates 1")
 
     @property
     def sampling(self) -> SamplingParams:

@@ -3,12 +3,13 @@
     ContextLookup  the tokens that followed the context's suffix earlier in the context (decode.lookup); no model
                    runs, and q is one-hot when sampling, so the same acceptance rule keeps the output exact
     DraftChain     the draft model, γ greedy or sampled steps (the dynamic schedule stops at a doubtful token);
-                   with candidates K > 1 also the draft's next K - 1 tokens at d_1's position (siblings of d_1)
+                   with `nodes` > 0 a token tree of up to that many nodes, γ levels deep (decode.tree)
     HeadChain      a feature head (decode.feature_head): its first step reads the target's features at the
-                   verified positions (left by the verification itself, runner.capture), later steps its own output
+                   verified positions (left by the verification itself, runner.capture), later steps its own
+                   output; a token tree too with `nodes` > 0 (each node reads its parent's output)
 
-Both are a Proposer: generate() asks them in turn for a proposal and tells each, after every round (whoever
-proposed), what the target kept. `accept_sibling` is the siblings' acceptance rule.
+All are a Proposer: generate() asks them in turn for a proposal and tells each, after every round (whoever
+proposed), what the target kept.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from decode.draft_folder import VocabMap
 from decode.lookup import continuation
 from decode.sampling import SamplingParams, logits_to_probs, sample
+from decode.tree import TokenTree, grow, level_inputs
 
 
 class Clock:
@@ -59,9 +61,10 @@ class Clock:
 class Proposal:
     """One round's proposal in target ids; empty: the round verifies the last token alone (the target alone)."""
 
-    tokens: list[int] = field(default_factory=list)  # d_1..d_g
-    q: torch.Tensor | None = None  # (g, V_target) proposal probs when sampling, else None
-    siblings: list[int] = field(default_factory=list)  # alternatives to d_1, verified in the same target forward
+    tokens: list[int] = field(default_factory=list)  # d_1..d_g (a tree: its nodes, tree.tokens)
+    q: torch.Tensor | None = None  # (g, V_target) proposal probs when sampling, else None (a chain's)
+    tree: TokenTree | None = None  # a token tree instead of a chain (decode.tree)
+    path: list[int] = field(default_factory=list)  # a tree: the accepted nodes (filled by generate())
     source: str = ""  # "draft" | "lookup" ("" when empty)
     # a greedy chain drafted on the GPU path: d_1..d_g as a (g,) device tensor; `tokens` is filled from it by the
     # round's one host read (decode.speculative.verify_on_device)
@@ -73,7 +76,8 @@ class Proposer(Protocol):
         """A proposal of about g tokens (never more than room) after ctx (prompt + output, target ids), or None."""
 
     def advance(self, proposal: Proposal, kept: list[int], nxt: int) -> None:
-        """The round verified `proposal`; the target kept `kept` (d_1..d_n or a sibling) and emitted nxt after it."""
+        """The round verified `proposal`; the target kept `kept` (d_1..d_n, or a tree's path) and emitted nxt after
+        it."""
 
 
 class ContextLookup:
@@ -115,34 +119,34 @@ def choose(logits: torch.Tensor, sampling: SamplingParams, confidence: float, ge
 
 class DraftChain:
     """The draft model, holding its own KV cache. `pending`: target ids the draft has not seen yet (1 token, 2 after
-    a full accept or a sibling, more after rounds it did not propose); the next proposal starts by feeding them."""
+    a full accept, more after rounds it did not propose); the next proposal starts by feeding them."""
 
     def __init__(self, draft, vocab: VocabMap, prompt_ids: list[int], first: int, max_len: int,
-                 sampling: SamplingParams, confidence: float, candidates: int, generator, stats, on_device=False):
+                 sampling: SamplingParams, confidence: float, nodes: int, generator, stats, on_device=False):
         self.draft, self.vocab, self.sampling, self.generator, self.stats = draft, vocab, sampling, generator, stats
-        self.confidence, self.candidates = confidence, candidates
+        self.confidence, self.nodes = confidence, nodes
         # greedy chains on the GPU path: each argmax feeds the next step on the device, no host read (propose)
-        self.on_device = on_device and sampling.greedy and not confidence and candidates == 1
+        self.on_device = on_device and sampling.greedy and not confidence and not nodes
         self.cache = draft.new_cache(max_len)
         t0 = stats.clock.start()
         draft.forward(vocab.to_draft(prompt_ids), self.cache, 1)
         stats.clock.stop(t0, stats, "draft_seconds")
         stats.draft_forwards += 1
         self.pending = [first]
+        self.base = 0  # a tree round: the draft cache's length before its tree rows
 
     def propose(self, ctx: list[int], g: int, room: int) -> Proposal:
-        """Run the draft up to g steps from `pending` -> d_1..d_g (target ids), their draft distributions q
-        (g, V_target) when sampling, and (greedy, candidates > 1) the draft's next candidates - 1 best tokens at
-        d_1's position. The last proposal is never fed back: the cache ends holding pending + d_1..d_{g-1}."""
+        """Run the draft up to g steps from `pending` -> d_1..d_g (target ids) and their draft distributions q
+        (g, V_target) when sampling; with nodes > 0 a token tree g levels deep instead. The last proposal is
+        never fed back: the cache ends holding pending + d_1..d_{g-1} (a tree: pending + the expanded nodes)."""
+        if self.nodes:
+            return self._propose_tree(g)
         if self.on_device:
             return self._propose_on_device(g)
-        tokens, qs, inp, siblings = [], [], self.pending, []
+        tokens, qs, inp = [], [], self.pending
         t0 = self.stats.clock.start()
         for _ in range(g):
             logits = self.draft.forward(self.vocab.to_draft(inp), self.cache, 1)[-1]  # (V_draft,)
-            if self.sampling.greedy and self.candidates > 1 and not tokens:
-                top = logits.topk(min(self.candidates, logits.shape[-1])).indices.tolist()
-                siblings = [self.vocab.to_target(i) for i in top[1:]]
             j, conf = choose(logits, self.sampling, self.confidence, self.generator, self.vocab, qs)
             tokens.append(self.vocab.to_target(j))
             inp = tokens[-1:]
@@ -150,7 +154,26 @@ class DraftChain:
                 break
         self.stats.clock.stop(t0, self.stats, "draft_seconds")
         self.stats.draft_forwards += len(tokens)
-        return Proposal(tokens, torch.stack(qs) if qs else None, siblings, source="draft")
+        return Proposal(tokens, torch.stack(qs) if qs else None, source="draft")
+
+    def _propose_tree(self, depth: int) -> Proposal:
+        """decode.tree.grow: level 0 feeds `pending`, each later level its expanded nodes in one forward."""
+        t0 = self.stats.clock.start()
+        root = self.draft.forward(self.vocab.to_draft(self.pending), self.cache, 1)[-1]  # (V_draft,) at x
+        self.base, fed = self.cache.get_seq_length(), [0]
+
+        def expand(frontier):
+            tokens, pos, mask = level_inputs(frontier, self.base, fed[0], root.device)
+            fed[0] += len(tokens)
+            self.stats.draft_forwards += 1
+            self.stats.tree_levels += 1
+            return self.draft.forward(self.vocab.to_draft(tokens), self.cache, len(tokens), tree=(pos, mask))
+
+        tree = grow(root, expand, self.nodes, depth, self.sampling, self.vocab, self.generator)
+        self.stats.clock.stop(t0, self.stats, "draft_seconds")
+        self.stats.draft_forwards += 1
+        self.stats.tree_levels += 1
+        return Proposal(tree.tokens, tree=tree, source="draft")
 
     def _propose_on_device(self, g: int) -> Proposal:
         """g greedy steps whose ids never leave the device: Proposal.device_tokens (g,) target ids, its host
@@ -166,13 +189,21 @@ class DraftChain:
         return Proposal(device_tokens=self.vocab.targets(torch.stack(drafted)), source="draft")
 
     def advance(self, proposal: Proposal, kept: list[int], nxt: int) -> None:
-        """Crop the draft cache to what it saw of `kept`; the rest of kept and nxt become pending."""
+        """Roll the draft cache back to what it saw of `kept`; the rest of kept and nxt become pending."""
         if proposal.source != "draft":  # the draft did not run: everything emitted is new to it
             self.pending = self.pending + kept + [nxt]
             return
+        if proposal.tree is not None:  # the path's expanded nodes (a prefix of it) stay, at their path positions
+            rows = []
+            for i in proposal.path:
+                if proposal.tree.fed[i] < 0:
+                    break
+                rows.append(proposal.tree.fed[i])
+            self.cache.keep(self.base, rows)
+            self.pending = kept[len(rows):] + [nxt]
+            return
         g = len(proposal.tokens)
-        matched = len(kept) if kept == proposal.tokens[:len(kept)] else 0  # 0: a sibling replaced d_1
-        seen = min(matched, g - 1)  # the cache holds pending + d_1..d_{g-1}
+        seen = min(len(kept), g - 1)  # the cache holds pending + d_1..d_{g-1}; kept is d_1..d_n
         if g - 1 - seen:
             self.cache.crop(-(g - 1 - seen))
         self.pending = kept[seen:] + [nxt]
@@ -184,50 +215,62 @@ class HeadChain:
     (f_{d_n}, next) from the verification's features); a proposal starts by reading them, fused by fc."""
 
     def __init__(self, head, vocab: VocabMap, target, prompt_ids: list[int], first: int, max_len: int,
-                 sampling: SamplingParams, confidence: float, generator, stats):
+                 sampling: SamplingParams, confidence: float, nodes: int, generator, stats):
         self.head, self.vocab, self.target, self.sampling = head, vocab, target, sampling
-        self.confidence, self.generator, self.stats = confidence, generator, stats
+        self.confidence, self.nodes, self.generator, self.stats = confidence, nodes, generator, stats
         self.cache = head.new_cache(max_len)
         self.ids, self.feats = prompt_ids[1:] + [first], target.features  # (P,), (P, F) from the target's prefill
+        self.drafted = 0  # head positions the last proposal added past the pending pairs (advance drops them)
 
     def propose(self, ctx: list[int], g: int, room: int) -> Proposal:
         """Read the pending pairs, then up to g steps, each reading the last drafted token and the head's own
-        output -> d_1..d_g (target ids), q (g, V_target) when sampling. The cache ends holding the pending pairs
-        and d_1..d_{g-1}, drafted positions that advance() drops again."""
-        tokens, qs = [], []
+        output -> d_1..d_g (target ids), q (g, V_target) when sampling; with nodes > 0 a token tree g levels deep.
+        The cache ends holding the pending pairs and the drafted positions, which advance() drops again."""
         t0 = self.stats.clock.start()
         out, logits = self.head.step(self.ids, self.head.fuse(self.feats), self.cache)  # (n, H), (V_draft,)
+        self.ids, self.feats = [], self.feats[:0]
+        proposal = self._tree(out[-1], logits, g) if self.nodes else self._chain(out, logits, g)
+        self.stats.clock.stop(t0, self.stats, "draft_seconds")
+        return proposal
+
+    def _chain(self, out: torch.Tensor, logits: torch.Tensor, g: int) -> Proposal:
+        tokens, qs = [], []
         while True:
             j, conf = choose(logits, self.sampling, self.confidence, self.generator, self.vocab, qs)
             tokens.append(self.vocab.to_target(j))
             if len(tokens) == g or conf < self.confidence:
                 break
             out, logits = self.head.step(tokens[-1:], out[-1:], self.cache)
-        self.stats.clock.stop(t0, self.stats, "draft_seconds")
         self.stats.draft_forwards += len(tokens)
-        self.ids, self.feats = [], self.feats[:0]
+        self.drafted = len(tokens) - 1
         return Proposal(tokens, torch.stack(qs) if qs else None, source="draft")
+
+    def _tree(self, last_out: torch.Tensor, root: torch.Tensor, depth: int) -> Proposal:
+        """decode.tree.grow: a node at depth d reads its token and its parent's output (x's: last_out, (H,))."""
+        base, outs = self.cache.length, []  # outs: (H,) head output of each fed tree row
+
+        def expand(frontier):
+            tokens, pos, mask = level_inputs(frontier, base, len(outs), root.device)
+            hid = torch.stack([outs[rows[0]] if rows else last_out for _, rows, _ in frontier])  # (F, H)
+            out, logits = self.head.step(tokens, hid, self.cache, tree=(pos, mask))  # (F, H), (F, V_draft)
+            outs.extend(out)
+            self.stats.draft_forwards += 1
+            self.stats.tree_levels += 1
+            return logits
+
+        tree = grow(root, expand, self.nodes, depth, self.sampling, self.vocab, self.generator)
+        self.stats.draft_forwards += 1
+        self.stats.tree_levels += 1
+        self.drafted = len(outs)
+        return Proposal(tree.tokens, tree=tree, source="draft")
 
     def advance(self, proposal: Proposal, kept: list[int], nxt: int) -> None:
         """Drop the drafted positions (they read the head's own output, not the target's features); the
-        verification's features at [x, d_1..d_n] pair with d_1..d_n, nxt as the next pending."""
-        if proposal.source == "draft" and len(proposal.tokens) > 1:
-            self.cache.crop(-(len(proposal.tokens) - 1))
+        verification's features at [x, d_1..d_n] (a tree: x and its accepted path) pair with d_1..d_n, nxt as the
+        next pending."""
+        if proposal.source == "draft" and self.drafted:
+            self.cache.crop(-self.drafted)
+        self.drafted = 0
         n = len(kept)
         self.ids = self.ids + kept + [nxt]
         self.feats = torch.cat([self.feats, self.target.features[:n + 1]])
-
-
-def accept_sibling(proposal: Proposal, n: int, nxt: int, logits: torch.Tensor, t_cache, stats) -> tuple[list[int], int]:
-    """The tokens a round keeps and the token after them, given the chain's n accepted and next token.
-
-    logits: (g + 1 + S, V), the verification of [last, d_1..d_g, s_1..s_S]. When the chain accepted nothing
-    (n == 0) and the target's token there is sibling s_j, s_j is kept in d_1's place: its KV entry moves into
-    d_1's cache slot and its own row gives the next token (2 tokens, as when d_1 is accepted at γ = 1)."""
-    sibs = proposal.siblings
-    if not (sibs and n == 0 and nxt in sibs):
-        return proposal.tokens[:n], nxt
-    j, g = sibs.index(nxt), len(proposal.tokens)
-    t_cache.move(t_cache.length - len(sibs) + j, t_cache.length - g - len(sibs))
-    stats.sibling_accepted += 1
-    return [nxt], int(logits[g + 1 + j].argmax())

@@ -2,8 +2,11 @@
 
     runner.new_cache(max_len) -> cache          cache.crop(-n) drops the last n positions
     runner.forward(ids, cache, keep) -> (keep, V) logits
-    runner.forward(ids, cache, keep, siblings=s)   FastLlama only (runner.tree): the last s ids are alternatives
-                                                   to ids[1] (a token tree verified in one forward; decode.speculative)
+    runner.forward(ids, cache, keep, tree=(positions, mask))
+                                                a token tree's forward (decode.tree): id i at rotary position
+                                                positions[i] (n,), attending where mask[i] (n, start + n) is True
+    cache.keep(start, rows)                     keep positions start + rows[i] at start + i, forget the rest
+                                                (an accepted tree path)
     runner.capture = (a, b, c)                     every later forward also leaves runner.features (n, 3H): the
                                                    hidden states entering layers a, b, c at each of its n ids (HF's
                                                    output_hidden_states[j]), which a feature head drafts from
@@ -44,13 +47,20 @@ def rope_type(config) -> str:
     return params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
 
 
+def sliding_window(config) -> int | None:
+    """The attention window of a model that has one in effect (every layer or some), else None."""
+    c = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(c, "use_sliding_window", True) is False:
+        return None
+    return getattr(c, "sliding_window", None) or None
+
+
 def model_devices(model) -> set[str]:
     """Every device holding one of the model's parameters (several when a device map spread it)."""
     return {str(p.device) for p in model.parameters()}
 
 
 class HFRunner:
-    tree = False  # no sibling tokens in one forward (FastLlama has them)
 
     def __init__(self, model):
         self.model, self.config, self.device = model, model.config, model.device
@@ -60,12 +70,18 @@ class HFRunner:
     def new_cache(self, max_len: int):
         # no config: a config-built cache gives sliding-window layers that cannot be cropped (rolled back)
         # once past the window; the model applies its window through the attention mask anyway
-        return DynamicCache()
+        return TreeCache()
 
-    def forward(self, ids: list[int], cache, keep: int) -> torch.Tensor:
+    def forward(self, ids: list[int], cache, keep: int, tree=None) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)
+        kw = {}
+        if tree is not None:  # the model's own 4D-mask path: an additive float mask, returned by HF as given
+            positions, mask = tree
+            bias = torch.zeros(mask.shape, dtype=self.model.dtype, device=self.device)
+            kw = {"position_ids": positions[None].to(self.device),
+                  "attention_mask": bias.masked_fill_(~mask.to(self.device), torch.finfo(bias.dtype).min)[None, None]}
         out = self.model(input_ids=x, **{self.cache_arg: cache}, use_cache=True, logits_to_keep=keep,
-                         output_hidden_states=bool(self.capture))
+                         output_hidden_states=bool(self.capture), **kw)
         if self.capture:  # (n, len(capture) * H), on the first device like the logits
             self.features = torch.cat([out.hidden_states[j][0].to(self.device) for j in self.capture], -1)
         # a model spread by a device map returns logits on its last GPU; the decoder and the draft work on the
@@ -77,6 +93,17 @@ def cache_arg(model) -> str:
     """The forward() keyword of the K/V cache: `cache` from transformers 5.24 on, where `past_key_values` is
     deprecated (a warning at every call); `past_key_values` before, and for models that still take it."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+class TreeCache(DynamicCache):
+    """HF's DynamicCache with keep(): an accepted tree path's entries (gathered per layer) and nothing after."""
+
+    def keep(self, start: int, rows: list[int]) -> None:
+        for layer in self.layers:
+            if getattr(layer, "is_initialized", False):
+                idx = torch.tensor(rows, dtype=torch.long, device=layer.keys.device) + start
+                layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, idx]], 2)
+                layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, idx]], 2)
 
 
 class StaticCache:
@@ -95,10 +122,13 @@ class StaticCache:
     def get_seq_length(self) -> int:
         return self.length
 
-    def move(self, src: int, dst: int) -> None:
-        """Copy position src's K/V (every layer) to position dst: an accepted sibling takes its chain slot."""
-        self.k[:, :, dst] = self.k[:, :, src]
-        self.v[:, :, dst] = self.v[:, :, src]
+    def keep(self, start: int, rows: list[int]) -> None:
+        """Keep positions start + rows[i] at start + i (every layer), forget the rest: an accepted tree path."""
+        idx = torch.tensor(rows, dtype=torch.long, device=self.k.device) + start
+        end = start + len(rows)
+        self.k[:, :, start:end] = self.k[:, :, idx]  # the gather copies before the write
+        self.v[:, :, start:end] = self.v[:, :, idx]
+        self.length = end
 
 
 class _Linear:
@@ -149,7 +179,7 @@ def default_attention(device: torch.device) -> str:
     return "cpu" if device.type == "cpu" else "cuda"
 
 
-def _cuda_sdpa_args(mask: torch.Tensor | None, start: int, siblings: int, dtype) -> tuple[dict, bool]:
+def _cuda_sdpa_args(mask: torch.Tensor | None, start: int, tree: bool, dtype) -> tuple[dict, bool]:
     """SDPA keyword arguments for a forward of n tokens after `start` cached ones, and whether K/V must be
     expanded to one head per query head first. mask: (n, end) bool, None for one token.
 
@@ -163,7 +193,7 @@ def _cuda_sdpa_args(mask: torch.Tensor | None, start: int, siblings: int, dtype)
     """
     if mask is None:
         return {"enable_gqa": True}, False
-    if start == 0 and not siblings:
+    if start == 0 and not tree:
         return {"is_causal": True}, True
     bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
     return {"attn_mask": bias}, True
@@ -195,7 +225,6 @@ class FastLlama:
     """Lean batch-1 forward for llama-family HF models on one device (on the CPU the weights are copied: rebuild
     after training steps; runner_for does)."""
 
-    tree = True  # forward(..., siblings=s) verifies alternatives to the first drafted token in the same pass
 
     @staticmethod
     def supports(model) -> bool:
@@ -322,38 +351,31 @@ class FastLlama:
         return torch.bmm(torch.softmax(scores, -1), v).view(heads, n, hd)
 
     @torch.no_grad()
-    def forward(self, ids: list[int], cache: StaticCache, keep: int, siblings: int = 0) -> torch.Tensor:
+    def forward(self, ids: list[int], cache: StaticCache, keep: int, tree=None) -> torch.Tensor:
         """Logits (keep, V) for the last `keep` of ids, after the cached positions.
 
-        siblings = s > 0: ids = [x, d_1..d_g, s_1..s_s], where each s_j is an alternative to d_1: it sits at
-        d_1's position and sees the cache and x only. Their K/V land after d_g's (StaticCache.move puts an
-        accepted one in place).
+        tree = (positions (n,), mask (n, start + n) bool): a token tree's forward (decode.tree), id i at rotary
+        position positions[i] attending where mask[i] is True; None: causal, at positions start..start + n - 1.
         """
         n, start = len(ids), cache.length
         end = start + n
         if end > cache.k.shape[2]:
             raise ValueError(f"KV cache holds {cache.k.shape[2]} positions; {end} needed")
-        if siblings and not 0 < siblings <= n - 2:
-            raise ValueError(f"siblings={siblings} needs x and a first draft before them ({n} ids)")
         h = self.embed[torch.tensor(ids, device=self.device)]  # (n, hidden)
-        # causal mask over [cache | new]: new token i sees cache and new tokens 0..i
-        mask = None
-        if n > 1:
-            mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
-        if siblings:
-            chain = n - siblings
-            pos = torch.cat([torch.arange(start, start + chain), torch.full((siblings,), start + 1)]).to(self.device)
+        if tree is not None:
+            pos, mask = tree
             cos, sin = self._cos[pos], self._sin[pos]
-            mask[chain:, start + 1:] = False  # a sibling sees cache + x ...
-            rows = torch.arange(chain, n, device=self.device)
-            mask[rows, start + rows] = True  # ... and itself
         else:
+            # causal mask over [cache | new]: new token i sees cache and new tokens 0..i
+            mask = None
+            if n > 1:
+                mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
             cos, sin = self._cos[start:end], self._sin[start:end]
         nq, nkv, hd = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
         group = self.n_heads // self.n_kv
         bias, sdpa, expand = None, {"attn_mask": mask, "enable_gqa": True}, False
         if self.attention == "cuda":
-            sdpa, expand = _cuda_sdpa_args(mask, start, siblings, self.dtype)
+            sdpa, expand = _cuda_sdpa_args(mask, start, tree is not None, self.dtype)
         elif mask is not None and n <= smallgemm.MAX_ROWS:
             # a verification on the CPU: the mask as an additive bias, built once for every layer, (group * n, end)
             bias = torch.zeros(n, end, dtype=self.dtype).masked_fill_(~mask, float("-inf")).repeat(group, 1)

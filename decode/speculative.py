@@ -15,12 +15,9 @@ Then rounds, with the last emitted token x not yet in the target's KV cache:
 Emitted per round: d_1..d_n plus next (n + 1 tokens for one target forward), until EOS, a stop string or
 max_new_tokens. A lookup proposal is a draft whose q is one-hot, so the same accept rule keeps the output
 exact, greedy or sampled.
-With `candidates` K > 1 (greedy, FastLlama target), the draft's next K - 1 best tokens at the first drafted
-position are verified in the same target forward as siblings of d_1 (a token tree, logits (g+K, V)): when
-n = 0 and the target's token there is one of them, it is accepted with the target's next token after it
-(2 tokens), as when d_1 is accepted with γ = 1 (decode.proposers.accept_sibling). On a CPU, where verifying a
-few more tokens costs little (decode.smallgemm), this lifts the tokens per round for the price of K - 1 more
-verified tokens.
+With `tree_nodes` N > 0 a round drafts a token tree instead of a chain (up to N nodes, γ levels deep: several
+continuations) and verifies it in one target forward under a tree mask; the longest accepted path is kept, greedy
+or sampled, by the rules in decode.tree, so the output stays the target's own.
 """
 
 from __future__ import annotations
@@ -35,10 +32,11 @@ from decode.errors import UserError
 from decode.feature_head import FeatureHead
 from decode.graphs import GraphLlama
 from decode.options import DEFAULT_CONFIDENCE, DecodeOptions, check_schedule
-from decode.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer, accept_sibling
+from decode.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer
 from decode.runner_choice import runner_for
-from decode.runners import FAST_MODEL_TYPES
+from decode.runners import sliding_window
 from decode.sampling import SamplingParams, logits_to_probs, sample
+from decode.tree import keep_rows, verify_mask, walk_greedy, walk_sampled
 
 DEFAULTS = DecodeOptions()  # generate()'s options when none are given (read, never changed)
 
@@ -62,7 +60,9 @@ class Stats:
     lookup_proposed: int = 0
     lookup_accepted: int = 0
     lookup_full: int = 0
-    sibling_accepted: int = 0  # of `accepted`: rounds whose first position was a sibling (candidates > 1)
+    tree_rounds: int = 0  # of `rounds`: rounds that verified a token tree
+    tree_nodes: int = 0  # nodes those rounds verified
+    tree_levels: int = 0  # draft forwards those rounds ran (level 0 and each expanded level)
     # times the phases: the wall clock unless generate() gives one for its device (CUDA events on a GPU)
     clock: Clock = field(default_factory=lambda: Clock(torch.device("cpu")), repr=False, compare=False)
 
@@ -94,7 +94,7 @@ class Stats:
     def __iadd__(self, other: Stats) -> Stats:
         for name in ("new_tokens", "rounds", "proposed", "accepted", "target_forwards", "draft_forwards",
                      "target_seconds", "draft_seconds", "seconds", "full_rounds", "lookup_rounds", "lookup_proposed",
-                     "lookup_accepted", "lookup_full", "sibling_accepted"):
+                     "lookup_accepted", "lookup_full", "tree_rounds", "tree_nodes", "tree_levels"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         h = self.accept_histogram
         h.extend([0] * (len(other.accept_histogram) - len(h)))
@@ -118,22 +118,45 @@ class Stats:
             "draft_seconds": round(self.draft_seconds, 4),
             "accept_histogram": list(self.accept_histogram),
             "full_rounds": self.full_rounds,
-            "sibling_accepted": self.sibling_accepted,
+            "tree": {"rounds": self.tree_rounds, "nodes": self.tree_nodes, "levels": self.tree_levels,
+                     "nodes_per_pass": round(self.tree_nodes / self.tree_rounds, 3) if self.tree_rounds else 0.0},
             "lookup": {"rounds": self.lookup_rounds, "proposed": self.lookup_proposed,
                        "accepted": self.lookup_accepted, "full_rounds": self.lookup_full},
         }
 
 
-def verify(target, cache, last: int, proposals: list[int], stats: Stats, siblings: list[int] = ()) -> torch.Tensor:
-    """One target forward over [last, d_1..d_g] (+ siblings of d_1): logits (g+1 (+s), V) predicting d_1..d_g
-    and the token after (then, per sibling, the token after it)."""
+def verify(target, cache, last: int, proposals: list[int], stats: Stats) -> torch.Tensor:
+    """One target forward over [last, d_1..d_g]: logits (g+1, V) predicting d_1..d_g and the token after."""
     t0 = stats.clock.start()
-    ids = [last] + proposals + list(siblings)
-    logits = (target.forward(ids, cache, len(ids), siblings=len(siblings)) if siblings
-              else target.forward(ids, cache, len(ids)))
+    ids = [last] + proposals
+    logits = target.forward(ids, cache, len(ids))
     stats.clock.stop(t0, stats, "target_seconds")
     stats.target_forwards += 1
     return logits
+
+
+def verify_tree(target, cache, last: int, proposal: Proposal, stats: Stats, sampling: SamplingParams,
+                generator=None) -> tuple[list[int], int]:
+    """One target forward over [last, n_1..n_N] under the tree mask (decode.tree) and the walk down the tree ->
+    (accepted path: node indices, next token). The cache keeps last and the path (and the runner's features, when
+    it captures them, their rows)."""
+    tree, start = proposal.tree, cache.get_seq_length()
+    t0 = stats.clock.start()
+    positions, mask = verify_mask(tree.parents, tree.depths, start, target.device)
+    logits = target.forward([last] + tree.tokens, cache, len(tree.tokens) + 1, tree=(positions, mask))  # (N+1, V)
+    stats.clock.stop(t0, stats, "target_seconds")
+    stats.target_forwards += 1
+    stats.tree_rounds += 1
+    stats.tree_nodes += len(tree.tokens)
+    if sampling.greedy:
+        path, nxt = walk_greedy(tree, logits.argmax(-1).tolist())
+    else:
+        path, nxt = walk_sampled(tree, logits_to_probs(logits, sampling), generator)
+    rows = keep_rows(path)
+    cache.keep(start, rows)
+    if getattr(target, "features", None) is not None:  # a feature head drafts from the path's rows
+        target.features = target.features[rows]
+    return path, nxt
 
 
 def verify_on_device(target, cache, last: int, proposal: Proposal, stats: Stats) -> tuple[torch.Tensor, int, int]:
@@ -249,8 +272,9 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
     sampling, eos, start = options.sampling, set(eos_token_ids), time.perf_counter()
     stats = Stats(clock=Clock(target.device))
     sched = Schedule(options.schedule, options.gamma if draft is not None or options.lookup else 0, options.confidence)
-    # room for the longest verification: 4γ drafts and K - 1 siblings past the last kept token
-    max_len = len(prompt_ids) + max_new_tokens + sched.max_gamma + options.candidates + 2
+    # room for the longest round: 4γ drafts, or a tree's nodes (verified) and the draft's expanded nodes (at most
+    # tree_nodes a level, γ - 1 levels) past the last kept token
+    max_len = len(prompt_ids) + max_new_tokens + max(sched.max_gamma, options.tree_nodes * options.gamma) + 2
 
     t_cache = target.new_cache(max_len)
     t0 = stats.clock.start()
@@ -265,18 +289,22 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
     while not done:
         room = max_new_tokens - len(out) - 1  # a proposal stops short of max_new_tokens: `nxt` is the +1
         proposal = propose(proposers, prompt_ids + out, min(sched.gamma, room), room)
-        if proposal.device_tokens is not None:  # a greedy chain drafted on the GPU path: one host read a round
-            logits, n, nxt = verify_on_device(target, t_cache, out[-1], proposal, stats)
-            g = len(proposal.tokens)
+        if proposal.tree is not None:  # verified, walked and rolled back in one call
+            proposal.path, nxt = verify_tree(target, t_cache, out[-1], proposal, stats, sampling, generator)
+            g, kept = len(proposal.tokens), proposal.tree.path_tokens(proposal.path)
         else:
-            g = len(proposal.tokens)
-            logits = verify(target, t_cache, out[-1], proposal.tokens, stats, proposal.siblings)  # (g + 1 + S, V)
-            n, nxt = accept(proposal.tokens, logits[:g + 1], sampling, proposal.q, generator)
-        kept, nxt = accept_sibling(proposal, n, nxt, logits, t_cache, stats)  # d_1..d_n, or [s_j] in d_1's slot
-        # rollback: the target cache keeps [.., last] + kept (nxt is the next round's last); each proposer catches up
-        drop = g + len(proposal.siblings) - len(kept)
-        if drop:
-            t_cache.crop(-drop)
+            if proposal.device_tokens is not None:  # a greedy chain drafted on the GPU path: one host read a round
+                logits, n, nxt = verify_on_device(target, t_cache, out[-1], proposal, stats)
+                g = len(proposal.tokens)
+            else:
+                g = len(proposal.tokens)
+                logits = verify(target, t_cache, out[-1], proposal.tokens, stats)  # (g + 1, V)
+                n, nxt = accept(proposal.tokens, logits, sampling, proposal.q, generator)
+            kept = proposal.tokens[:n]
+            # rollback: the target cache keeps [.., last] + kept (nxt is the next round's last)
+            if g - n:
+                t_cache.crop(-(g - n))
+        # each proposer catches up
         for proposer in proposers:
             proposer.advance(proposal, kept, nxt)
         stats.record(g, len(kept), proposal.source == "lookup")
@@ -298,16 +326,14 @@ def _check_call(target, draft, max_new_tokens: int, options: DecodeOptions, stop
             raise UserError(f"this feature head reads layers {draft.feature_layers} of a {draft.config.hidden_size}-wide "
                             f"target; the target is {target.config.hidden_size} wide with {n} layers: use the head "
                             "trained for this target")
-        if options.candidates > 1:
-            raise UserError("candidates > 1 is for standalone drafts; a feature head drafts one chain: use candidates=1")
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if stop_strings and tokenizer is None:
         raise UserError("stop_strings need the tokenizer to decode text")
-    if options.candidates > 1 and not target.tree:
-        raise UserError(f"candidates > 1 needs the lean FastLlama target runner ({', '.join(FAST_MODEL_TYPES)} models "
-                        "without sliding windows or dynamic RoPE, on one device); this target runs on HFRunner: "
-                        "use candidates=1")
+    window = sliding_window(target.config)
+    if options.tree_nodes and window:
+        raise UserError(f"--tree-nodes {options.tree_nodes}: this target attends within a {window}-token sliding "
+                        "window, which a token tree's attention mask does not apply: use --tree-nodes 0 (a chain)")
 
 
 def _proposers(target, draft, options: DecodeOptions, sched: Schedule, vocab: VocabMap, prompt_ids: list[int],
@@ -319,12 +345,12 @@ def _proposers(target, draft, options: DecodeOptions, sched: Schedule, vocab: Vo
                                        device))
     if isinstance(draft, FeatureHead):  # the head carries its own vocabulary map
         proposers.append(HeadChain(draft, VocabMap(draft.draft_ids(), vocab.target_vocab), target, prompt_ids, first,
-                                   max_len, options.sampling, sched.confidence, generator, stats))
+                                   max_len, options.sampling, sched.confidence, options.tree_nodes, generator, stats))
     elif draft is not None:
         draft = runner_for(draft, weights=options.draft_weights)
         on_device = isinstance(target, GraphLlama) and isinstance(draft, GraphLlama)  # the GPU path (or its CPU test)
         proposers.append(DraftChain(draft, vocab, prompt_ids, first, max_len, options.sampling, sched.confidence,
-                                    options.candidates, generator, stats, on_device))
+                                    options.tree_nodes, generator, stats, on_device))
     return proposers
 
 

@@ -40,7 +40,7 @@ from transformers import AutoConfig
 
 from decode import cli, targets
 from decode.errors import UserError
-from decode.runners import FAST_MODEL_TYPES, FastLlama
+from decode.runners import sliding_window
 from decode.targets import check_load_format, load_format_field, load_tokenizer, resolve
 from distill import collect, evaluate, onpolicy, train
 from distill.collect import self_prompts, shards, vllm_engine
@@ -139,7 +139,7 @@ def fit_to_target(target: str, t, e):
     """The recipe as this target's architecture can run it: (train config, eval config, notes).
 
     The default recipe's Llama-only parts are left out for other architectures, each with a note that says why
-    (the copy circuit's hand-built layers; top-K candidates, which need the FastLlama runner); everything else
+    (the copy circuit's hand-built layers; token trees on a sliding-window model); everything else
     the target's config alone can refuse is refused here, before collection."""
     try:
         tc = AutoConfig.from_pretrained(resolve(target))
@@ -152,11 +152,11 @@ def fit_to_target(target: str, t, e):
         except UserError as err:
             t = replace(t, copy_circuit=False)
             notes.append(f"copy circuit left out for this target: {err}")
-    if max(e.candidate_counts()) > 1 and not FastLlama.supports_config(tc):
-        notes.append(f"evaluate: candidates {e.candidates} left out for this {tc.model_type!r} target: the draft's "
-                     f"top-K at the first position needs the FastLlama runner ({', '.join(FAST_MODEL_TYPES)} models "
-                     "without a sliding window); plain chains are evaluated")
-        e = replace(e, candidates=[1])
+    if max(e.tree_sizes()) > 0 and sliding_window(tc):
+        notes.append(f"evaluate: tree_nodes {e.tree_nodes} left out for this {tc.model_type!r} target: its "
+                     f"{sliding_window(tc)}-token sliding window is not applied under a token tree's mask; chains "
+                     "are evaluated")
+        e = replace(e, tree_nodes=[0])
     t.draft_design().check(tc)  # widths, layers, vocabulary, prune's architectures
     return t, e, notes
 

@@ -163,6 +163,9 @@ class ListCache:
     def get_seq_length(self) -> int:
         return len(self.tokens)
 
+    def keep(self, start: int, rows: list[int]) -> None:
+        self.tokens[start:] = [self.tokens[start + r] for r in rows]
+
 
 class TableLM(HFRunner):
     """A second-order Markov "language model" as a runner: logits after (a, b) are table[a, b].
@@ -181,9 +184,12 @@ class TableLM(HFRunner):
     def new_cache(self, max_len: int) -> ListCache:
         return ListCache()
 
-    def forward(self, ids: list[int], cache: ListCache, keep: int) -> torch.Tensor:
+    def forward(self, ids: list[int], cache: ListCache, keep: int, tree=None) -> torch.Tensor:
         cache.tokens.extend(ids)
         c, n = cache.tokens, len(cache.tokens)
+        if tree is not None:  # a token tree (decode.tree): each row's context is what its mask row sees
+            seen = [[c[j] for j in row.nonzero().flatten().tolist()] for row in tree[1]]
+            return torch.stack([self.table[s[-2], s[-1]] for s in seen[len(ids) - keep:]])
         return torch.stack([self.table[c[i - 1], c[i]] for i in range(n - keep, n)])
 
 

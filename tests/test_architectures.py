@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 from decode import DecodeOptions, generate
 from decode.errors import UserError
 from decode.layer_cut import draft_from_layers
-from decode.runners import FastLlama
+from decode.runners import FastLlama, sliding_window
 from decode.targets import load_tokenizer
 from distill import pipeline
 from distill.train import copy_circuit
@@ -56,6 +56,9 @@ def test_decoder_is_lossless_and_the_target_as_draft_accepts_everything(arch, ta
         assert out == want, f"γ={gamma}: a two-layer cut as draft"
     out, stats = generate(target, target, PROMPT, N_NEW, DecodeOptions(gamma=3))
     assert out == want and stats.accepted == stats.proposed > 0
+    if not sliding_window(target.config):  # a token tree through the model's own 4D-mask path (decode.tree)
+        out, stats = generate(target, cut, PROMPT, N_NEW, DecodeOptions(gamma=3, tree_nodes=5))
+        assert out == want and stats.tree_rounds > 0, "a 5-node tree with the two-layer cut"
 
 
 # The quick preset cut to the least that still runs every stage of both designs (collection with top-k, training
@@ -106,13 +109,13 @@ def table() -> str:
     vocabulary), tests/test_pipeline_checks.py (what the recipe leaves out) and the decoder's tests."""
     tok = load_tokenizer("default")
     rows = ["| architecture | decoder lossless, draft = target accepts all | default quick pipeline end to end "
-            "| decoder runner | copy circuit | top-K candidates | prune | reduced vocabulary |", "|" + " --- |" * 8]
+            "| decoder runner | copy circuit | token trees | prune | reduced vocabulary |", "|" + " --- |" * 8]
     for arch in ARCHITECTURES:
         c = config(arch, tok)
         fast = FastLlama.supports_config(c)
         prune = DraftDesign(init="prune", hidden_size=c.hidden_size // 2).check
         rows.append(f"| {arch} | yes | yes | {'FastLlama' if fast else 'HF'} "
-                    f"| {_accepts(copy_circuit.check_architecture, c)} | {'yes' if fast else 'no'} "
+                    f"| {_accepts(copy_circuit.check_architecture, c)} | {'no: sliding window' if sliding_window(c) else 'yes'} "
                     f"| {_accepts(prune, c)} | yes |")
     return "\n".join(rows) + "\n"
 

@@ -97,8 +97,8 @@ def test_alpha_iid_recovers_the_per_token_rate_where_accepted_over_proposed_does
         assert accepted / (gamma * rounds) < alpha - 0.02
 
 
-def test_draft_rounds_that_verify_siblings_cost_their_own_v():
-    """speedup_with_lookup(v_draft=...): a draft round verifying γ + K - 1 tokens (top-K candidates) costs v at
+def test_draft_rounds_that_verify_more_tokens_cost_their_own_v():
+    """speedup_with_lookup(v_draft=...): a draft round verifying another number of tokens than γ + 1 costs v at
     that size; with no lookup rounds it is the plain model at that v."""
     v = {1: 1.1, 2: 1.15, 3: 1.2, 4: 1.3}
     plain = costmodel.speedup_with_lookup(0.4, 1, 0.08, v, 0.0, 0.9, 4)
@@ -108,6 +108,15 @@ def test_draft_rounds_that_verify_siblings_cost_their_own_v():
     mixed = costmodel.speedup_with_lookup(0.4, 1, 0.08, v, 0.5, 0.9, 4, v_draft=v[3])
     tokens = 0.5 * costmodel.tau(0.9, 4) + 0.5 * costmodel.tau(0.4, 1)
     assert mixed == pytest.approx(tokens / (0.5 * v[4] + 0.5 * (0.08 + v[3])))
+
+
+def test_tree_cost_model_and_depth_acceptance():
+    """tree_speedup: τ over levels x c + v(N), lookup rounds at their own v; depth_acceptance from the histogram
+    of accepted lengths (rounds that accepted exactly k)."""
+    assert costmodel.tree_speedup(2.0, 3, 0.1, 1.2) == pytest.approx(2.0 / 1.5)
+    assert costmodel.tree_speedup(2.0, 3, 0.1, 1.2, 0.5, 1.1) == pytest.approx(2.0 / (0.55 + 0.75))
+    assert costmodel.depth_acceptance([5, 3, 2]) == pytest.approx([0.5, 0.4])
+    assert costmodel.depth_acceptance([4]) == []
 
 
 def test_v_at_interpolates_between_measured_gammas_and_extends_the_last_slope():

@@ -85,6 +85,50 @@ def test_speculative_sampling_matches_target_distribution(pair, sampling, schedu
         assert stat < threshold, (dim, stat, threshold)
 
 
+@pytest.mark.parametrize("sampling, nodes", [(SamplingParams(temperature=1.0), 4),
+                                             (SamplingParams(temperature=0.8, top_k=5, top_p=0.9), 6)],
+                         ids=["t1-tree4", "topk-topp-tree6"])
+def test_token_tree_sampling_matches_target_distribution(pair, sampling, nodes, chi2_test):
+    """Trees drawn without replacement, verified by recursive rejection sampling (decode.tree.walk_sampled)."""
+    target, draft = pair
+    counts = sample_joint(target, draft, sampling, 4000, seed=6, tree_nodes=nodes)
+    stat, threshold = chi2_test(counts, exact_joint(target, sampling))
+    assert stat < threshold, (stat, threshold)
+
+
+def test_tiny_llama_tree_sampling_matches_target_distribution(tiny_llama, chi2_test):
+    """The same through tiny llama models on FastLlama: tree masks and the caches' keep() included."""
+    target = spec.runner_for(tiny_llama(0, vocab=VOCAB, layers=1, hidden=16, init=0.8))
+    draft = spec.runner_for(tiny_llama(1, vocab=VOCAB, layers=1, hidden=16, init=0.8))
+    sampling = SamplingParams(temperature=1.0)
+    counts = sample_joint(target, draft, sampling, 1000, seed=7, tree_nodes=4)
+    stat, threshold = chi2_test(counts, exact_joint(target, sampling))
+    assert stat < threshold, (stat, threshold)
+
+
+def _tree_without_residual(tree, p, generator=None):
+    """Right acceptance test per child, wrong rejection: p is not replaced by norm(max(p - q, 0))."""
+    u, path = -1, []
+    while True:
+        for c in tree.children(u):
+            x = tree.tokens[c]
+            if torch.rand((), generator=generator) < p[u + 1][x] / tree.q[u][x]:
+                path.append(c)
+                u = c
+                break
+        else:
+            return path, sample(p[u + 1], generator)
+
+
+def test_a_broken_tree_rule_fails_the_chi_square_test(pair, monkeypatch, chi2_test):
+    target, draft = pair
+    sampling = SamplingParams(temperature=1.0)
+    monkeypatch.setattr(spec, "walk_sampled", _tree_without_residual)
+    counts = sample_joint(target, draft, sampling, 3000, seed=6, tree_nodes=4)
+    stat, threshold = chi2_test(counts, exact_joint(target, sampling))
+    assert stat > 2 * threshold, (stat, threshold)
+
+
 def test_target_alone_sampling_matches_exact_distribution(pair, chi2_test):
     """The reference itself: generate(draft=None) samples the enumerated distribution."""
     target, _ = pair

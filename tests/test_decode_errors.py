@@ -199,7 +199,7 @@ def test_load_draft_folder_with_vocab_map(tmp_path, tiny_llama, tiny_tokenizer):
         (["--gamma", "-2"], "--gamma must be in 1..64"),
         (["--gamma", "100000"], "--gamma must be in 1..64"),  # before: a 9.2 GB cache for a 135M target
         (["--gamma", "four"], "--gamma: cannot parse 'four'"),
-        (["--candidates", "1000"], "--candidates must be in 1..64"),
+        (["--tree-nodes", "1000"], "--tree-nodes must be in 0..64"),
         (["--limit", "-1"], "--limit must be >= 0"),
         (["--dtype", "float8"], "unknown --dtype 'float8'"),
         (["--temperature", "-0.5"], "temperature must be >= 0"),

@@ -218,50 +218,6 @@ def test_sliding_window_model_is_lossless(sliding_window, hf_greedy):
         assert out == want, f"gamma {gamma}"
 
 
-@pytest.mark.parametrize("candidates", [2, 3, 5])
-@pytest.mark.parametrize("gamma", (1, 2, 4))
-def test_greedy_lossless_with_sibling_candidates(gamma, candidates, tiny_llama, noisy_copy):
-    """The draft's top-K at the first position verified as siblings of d_1 (a token tree in one target forward):
-    output == target alone, with rounds that accept a sibling (its K/V moved into d_1's slot) among the rest."""
-    siblings = rounds = 0
-    for seed in range(6):
-        target = tiny_llama(seed)
-        draft = noisy_copy(target, seed)
-        prompt = _prompt(seed)
-        want, _ = generate(target, None, prompt, 24)
-        out, stats = generate(target, draft, prompt, 24, DecodeOptions(gamma=gamma, candidates=candidates))
-        assert out == want, f"seed {seed}"
-        assert stats.new_tokens == 24 and sum(stats.accept_histogram) == stats.rounds
-        siblings, rounds = siblings + stats.sibling_accepted, rounds + stats.rounds
-    assert 0 < siblings < rounds, "no round accepted a sibling; the test lost its point"
-
-
-def test_many_candidates_fit_the_cache_to_the_last_token(tiny_llama, noisy_copy):
-    """K - 1 siblings past the last kept position: the preallocated KV cache has room for them at the end too."""
-    target = tiny_llama(1)
-    draft = noisy_copy(target, 1)
-    want, _ = generate(target, None, [4, 5, 6], 12)
-    assert generate(target, draft, [4, 5, 6], 12, DecodeOptions(gamma=1, candidates=20))[0] == want
-
-
-def test_sibling_forward_matches_separate_forwards(tiny_llama):
-    """FastLlama.forward(siblings=s): each sibling's logits equal a chain forward of [x, sibling] alone."""
-    runner = FastLlama(tiny_llama(2))
-    ctx, x, chain, sibs = [3, 9, 27, 4], 11, [5, 6, 7], [8, 12]
-    cache = runner.new_cache(32)
-    runner.forward(ctx, cache, 1)
-    tree = runner.forward([x] + chain + sibs, cache, 1 + len(chain) + len(sibs), siblings=len(sibs))
-    for j, s in enumerate(sibs):
-        ref_cache = runner.new_cache(32)
-        runner.forward(ctx, ref_cache, 1)
-        ref = runner.forward([x, s], ref_cache, 2)
-        torch.testing.assert_close(tree[1 + len(chain) + j], ref[1], rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(tree[0], ref[0], rtol=1e-4, atol=1e-4)
-        # its K/V moved into d_1's slot equal the chain forward's
-        cache.move(len(ctx) + 1 + len(chain) + j, len(ctx) + 1)
-        torch.testing.assert_close(cache.k[:, :, len(ctx) + 1], ref_cache.k[:, :, len(ctx) + 1], rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.parametrize("weights", ["float16", "int8"])
 def test_rounded_draft_weights_stay_lossless(tiny_llama, noisy_copy, weights):
     """A float16- or int8-weight draft (decode.smallgemm) changes only acceptance, never the output."""
@@ -284,15 +240,3 @@ def test_unknown_draft_weights_refused(tiny_llama):
     target = tiny_llama(0)
     with pytest.raises(UserError, match="draft_weights must be one of float32, float16, int8"):
         generate(target, target, _prompt(0), 4, DecodeOptions(gamma=2, draft_weights="int4"))
-
-
-def test_candidates_refused_where_they_cannot_work(tiny_llama):
-    from decode.errors import UserError
-
-    target = tiny_llama(0)
-    with pytest.raises(UserError, match="FastLlama"):
-        generate(HFRunner(target), target, [1, 2, 3], 8, DecodeOptions(gamma=2, candidates=3))
-    with pytest.raises(UserError, match="greedy"):
-        generate(target, target, [1, 2, 3], 8, DecodeOptions(gamma=2, temperature=1.0, candidates=3))
-    with pytest.raises(UserError, match="in 1..64"):
-        generate(target, target, [1, 2, 3], 8, DecodeOptions(gamma=2, candidates=0))

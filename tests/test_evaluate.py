@@ -145,27 +145,30 @@ def test_lookup_settings_run_for_the_main_draft_only(tiny_pair, tmp_path):
         evaluate.EvalConfig(drafts=["x"], lookup=[-1])
 
 
-def test_candidate_counts_and_float16_draft(tiny_pair, tmp_path):
-    """--candidates [1, 3] --draft-weights int8: every γ as a chain and with the draft's top 3 at the first position
-    (labelled apart, lossless, v measured at γ + 2 tokens for the cost model); transformers' assisted generation
-    only next to the chain, which is what it does."""
-    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["random"]], candidates=[1, 3], draft_weights="int8",
+def test_token_trees_and_int8_draft(tiny_pair, tmp_path):
+    """--tree-nodes [0, 4] --draft-weights int8: every γ as a chain and as a 4-node tree (labelled apart, lossless,
+    v measured at the tree's 4 + 1 tokens, the tree's cost model); transformers' assisted generation only next to
+    the chain, which is what it does."""
+    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["random"]], tree_nodes=[0, 4], draft_weights="int8",
                             anchors=True))
-    got = sorted((e["label"], e["gamma"], e["candidates"]) for e in res["entries"] if e["trained"])
+    got = sorted((e["label"], e["gamma"], e["tree_nodes"]) for e in res["entries"] if e["trained"])
     name = got[0][0]
-    assert got == [(name, 1, 1), (name, 3, 1), (f"{name} top-3", 1, 3), (f"{name} top-3", 3, 3)]
+    assert got == [(name, 1, 0), (name, 3, 0), (f"{name} tree-4", 1, 4), (f"{name} tree-4", 3, 4)]
     for e in res["entries"]:
         assert e["lossless"] is True and e["draft_weights"] == "int8"
-        assert (e["hf_assisted"] is not None) == (e["candidates"] == 1 and e["trained"])
-        assert str(e["gamma"] + e["candidates"] - 1) in e["cost_model"]["v"]
-        assert "sibling_accepted" in e["speculative"]
-    assert "top-3" in (tmp_path / "report.md").read_text()
-    with pytest.raises(UserError, match="--candidates"):
-        evaluate.EvalConfig(drafts=["x"], candidates=[0])
+        assert (e["hf_assisted"] is not None) == (e["tree_nodes"] == 0 and e["trained"])
+        assert str(e["tree_nodes"] or e["gamma"]) in e["cost_model"]["v"]
+        if e["tree_nodes"]:
+            tree = e["cost_model"]["tree"]
+            assert e["speculative"]["tree"]["nodes_per_pass"] <= 4 and tree["levels_per_round"] <= e["gamma"]
+            assert len(tree["depth_acceptance"]) <= e["gamma"] and e["cost_model"]["predicted_speedup"] > 0
+    assert "tree-4" in (tmp_path / "report.md").read_text()
+    with pytest.raises(UserError, match="--tree-nodes"):
+        evaluate.EvalConfig(drafts=["x"], tree_nodes=[-1])
     with pytest.raises(UserError, match="--draft-weights must be one of float32, float16, int8"):
         evaluate.EvalConfig(drafts=["x"], draft_weights="half")
-    with pytest.raises(UserError, match="greedy"):
-        evaluate.EvalConfig(drafts=["x"], candidates=3, temperature=0.7)
+    with pytest.raises(UserError, match="schedule constant"):
+        evaluate.EvalConfig(drafts=["x"], tree_nodes=3, schedule="dynamic")
 
 
 def test_drafts_in_folders_of_one_name_are_labelled_apart(tiny_pair, tmp_path):

@@ -1,6 +1,6 @@
 """Feature heads (EAGLE-3 style, decode.feature_head) as drafts in decode.bench and distill.evaluate: measured like
 any draft (α, τ, c, v, cost model, per category, lossless) next to a standalone draft, with what does not apply to a
-head left out and said so (transformers' assisted generation, top-K candidates, --draft-weights, the layer cut)."""
+head left out and said so (transformers' assisted generation, --draft-weights, the layer cut)."""
 
 from __future__ import annotations
 
@@ -70,26 +70,28 @@ def _cfg(p, out, **kw):
 
 
 def test_a_head_is_evaluated_next_to_a_standalone_draft(tiny, tmp_path):
-    """--drafts HEAD STANDALONE --candidates [1, 3] --draft-weights int8 with the transformers anchors: the head
-    runs once per γ at candidates 1 with its own weights, lossless, c measured from its own step, no transformers
+    """--drafts HEAD STANDALONE --tree-nodes [0, 3] --draft-weights int8 with the transformers anchors: the head
+    runs as a chain and a tree with its own weights, lossless, c measured from its own step, no transformers
     assisted generation (and why); the standalone draft runs the whole grid; the layer cut is the standalone's."""
-    res = evaluate.run(_cfg(tiny, tmp_path, drafts=[tiny["head"], tiny["standalone"]], candidates=[1, 3],
+    res = evaluate.run(_cfg(tiny, tmp_path, drafts=[tiny["head"], tiny["standalone"]], tree_nodes=[0, 3],
                             draft_weights="int8", anchors="hf"))
-    by = {(e["draft"], e["candidates"]): e for e in res["entries"]}
-    assert sorted(by) == sorted([(tiny["head"], 1), (tiny["standalone"], 1), (tiny["standalone"], 3), ("layers:0", 1)])
+    by = {(e["draft"], e["tree_nodes"]): e for e in res["entries"]}
+    assert sorted(by) == sorted([(tiny["head"], 0), (tiny["head"], 3), (tiny["standalone"], 0), (tiny["standalone"], 3),
+                                 ("layers:0", 0)])
     for e in res["entries"]:
         assert e["lossless"] is True and e["cost_model"]["c"] > 0 and set(e["per_category"]) == {"chat", "code"}
-    h = by[(tiny["head"], 1)]
+    assert by[(tiny["head"], 3)]["speculative"]["tree"]["rounds"] > 0
+    h = by[(tiny["head"], 0)]
     assert h["kind"] == h["draft_kind"] == "feature_head" and h["design"]["feature_layers"] == [1, 2]
     assert h["draft_weights"] == "float32" and h["cost_model"]["draft_step_ms"] > 0
     assert h["hf_assisted"] is None and h["speedup_vs_hf_assisted"] is None
     assert "feature head" in h["hf_assisted_skipped"]
     assert h["speculative"]["draft_forwards"] > 0 and h["cost_model"]["predicted_speedup"] > 0
-    s = by[(tiny["standalone"], 1)]
+    s = by[(tiny["standalone"], 0)]
     assert s["kind"] == "standalone" and s["draft_weights"] == "int8" and s["hf_assisted"] is not None
-    assert by[("layers:0", 1)]["kind"] == "standalone" and not by[("layers:0", 1)]["trained"]
+    assert by[("layers:0", 0)]["kind"] == "standalone" and not by[("layers:0", 0)]["trained"]
     assert len({json.dumps(e["baseline"]) for e in res["entries"]}) == 1  # one shared target-alone baseline
-    assert any("candidates 1 only" in n for n in res["notes"]) and any("own float32" in n for n in res["notes"])
+    assert any("own float32" in n for n in res["notes"])
 
     md = (tmp_path / "report.md").read_text()
     assert "| draft | design |" in md
@@ -114,9 +116,9 @@ def test_a_runs_head_checkpoints_are_evaluated(tiny, tmp_path):
         (ckpt / checkpoints.STATE_FILE).write_text("{}")
     todo, anchor = job.drafts_to_evaluate(_cfg(tiny, tmp_path, run=str(run), anchors="hf"), run, [])
     assert anchor is None and [s for _, s in todo] == [2, 4]
-    res = evaluate.run(_cfg(tiny, tmp_path / "eval", run=str(run), checkpoints="last", candidates=[1, 3]))
+    res = evaluate.run(_cfg(tiny, tmp_path / "eval", run=str(run), checkpoints="last"))
     (e,) = res["entries"]
-    assert (e["step"], e["kind"], e["candidates"], e["lossless"]) == (4, "feature_head", 1, True)
+    assert (e["step"], e["kind"], e["tree_nodes"], e["lossless"]) == (4, "feature_head", 0, True)
     assert res["best"]["kind"] == "feature_head" and "(feature head, γ=2)" in report.headline(res)
 
 
@@ -127,8 +129,6 @@ def test_bench_takes_a_head_folder_and_refuses_what_a_head_cannot_do(tiny):
     assert r["draft_kind"] == "feature_head" and r["lossless"] is True and r["hf_assisted"] is None
     assert "feature head" in r["hf_assisted_skipped"] and r["cost_model"]["c"] > 0
     assert "no transformers assisted" in bench.summary(r)
-    with pytest.raises(UserError, match="feature head: it drafts one chain"):
-        bench.run(bench.parse_args(argv + ["--candidates", "3"]))
     with pytest.raises(UserError, match="feature head: it runs with its own weights"):
         bench.run(bench.parse_args(argv + ["--draft-weights", "int8"]))
 

@@ -41,7 +41,7 @@ def _folder(path: Path, reduced: bool = False) -> str:
 
 
 def _entry(draft: str, gamma: int, lookup: int = 0) -> dict:
-    return {"draft": draft, "gamma": gamma, "lookup": lookup, "candidates": 1, "speedup": 1.31,
+    return {"draft": draft, "gamma": gamma, "lookup": lookup, "tree_nodes": 0, "speedup": 1.31,
             "speculative": {"acceptance_rate": 0.41, "tau": 1.9, "tokens_per_s": 40.2}}
 
 

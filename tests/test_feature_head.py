@@ -43,7 +43,8 @@ def test_greedy_with_a_head_is_the_target_alone(pair, runner):
     for seed in range(3):
         ids = torch.randint(0, 300, (9,), generator=torch.Generator().manual_seed(seed)).tolist()
         ref, _ = generate(target, None, ids, 30)
-        for opts in (DecodeOptions(gamma=3), DecodeOptions(gamma=2, lookup=2), DecodeOptions(gamma=4, schedule="heuristic")):
+        for opts in (DecodeOptions(gamma=3), DecodeOptions(gamma=2, lookup=2), DecodeOptions(gamma=4, schedule="heuristic"),
+                     DecodeOptions(gamma=3, tree_nodes=5)):
             out, st = generate(model, head, ids, 30, opts)
             assert out == ref
             assert st.proposed > 0
@@ -108,9 +109,13 @@ def test_sampling_with_a_head_runs_and_a_wrong_head_is_refused(pair):
     out, st = generate(target, head, list(range(9)), 20, DecodeOptions(gamma=3, temperature=0.8),
                        generator=torch.Generator().manual_seed(0))
     assert len(out) == 20 and st.proposed > 0
+    out, st = generate(target, head, list(range(9)), 20, DecodeOptions(gamma=3, temperature=0.8, tree_nodes=4),
+                       generator=torch.Generator().manual_seed(0))
+    assert len(out) == 20 and st.tree_rounds > 0
     from decode.errors import UserError
-    with pytest.raises(UserError, match="candidates"):
-        generate(target, head, list(range(9)), 5, DecodeOptions(candidates=2))
+    wrong = FeatureHead(head.config, [1, 9])  # reads layer 9 of a 6-layer target
+    with pytest.raises(UserError, match="trained for this target"):
+        generate(target, wrong.eval(), list(range(9)), 5, DecodeOptions(gamma=2))
 
 
 def test_the_folder_round_trips(pair, tmp_path):

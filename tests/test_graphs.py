@@ -94,12 +94,12 @@ def test_the_decoder_on_the_static_path_keeps_the_targets_output(tiny_llama, mon
     draft = GraphLlama(tiny_llama(7, **kw), graphs=False)
     prompt = list(range(3, 23))
     alone, _ = speculative.generate(FastLlama(tiny_llama(6, **kw)), None, prompt, 24)
-    # gamma 3: the chain drafted on the device, verified with one host read a round; candidates 3: siblings (the
-    # eager forward on the same buffers); lookup: host-side proposals between device-side ones
-    for options in (DecodeOptions(gamma=3), DecodeOptions(gamma=2, candidates=3), DecodeOptions(gamma=2, lookup=2)):
+    # gamma 3: the chain drafted on the device, verified with one host read a round; a tree (the eager forward on
+    # the same buffers); lookup: host-side proposals between device-side ones
+    for options in (DecodeOptions(gamma=3), DecodeOptions(gamma=2, tree_nodes=3), DecodeOptions(gamma=2, lookup=2)):
         out, stats = speculative.generate(target, draft, prompt, 24, options)
         assert out == alone and stats.rounds > 0 and stats.proposed > 0
-        assert bool(read_once) == (options.candidates == 1)  # siblings need the host: the chain drafts there
+        assert bool(read_once) == (options.tree_nodes == 0)  # a tree is drafted and walked on the host
         read_once.clear()
     out, stats = speculative.generate(target, target, prompt, 24, DecodeOptions(gamma=4))  # draft = target
     assert out == alone and stats.acceptance_rate == 1.0

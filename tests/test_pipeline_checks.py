@@ -36,17 +36,17 @@ def _target(tmp_path: Path, model_type: str) -> str:
     ("llama", []),
     ("qwen2", ["copy circuit left out for this target: copy_circuit builds into Llama-architecture drafts; this "
                "draft is 'qwen2'"]),
-    ("phi3", ["copy circuit left out", "evaluate: candidates [1, 3] left out for this 'phi3' target: the draft's "
-              "top-K at the first position needs the FastLlama runner"]),
+    ("phi3", ["copy circuit left out"]),
+    ("mistral", ["copy circuit left out", "evaluate: tree_nodes [0, 6] left out for this 'mistral' target: its 4096-token sliding window"]),
 ])
 def test_the_default_recipe_leaves_out_what_the_architecture_cannot_run(tmp_path, model_type, left_out):
     c = pipeline.PipelineConfig(**yaml.safe_load((REPO / "configs/pipeline/default.yaml").read_text()))
     t = pipeline.stage_config(TrainConfig, {"target": "x"}, c.train, "train")
-    # candidates [1, 3] as an evaluate section may ask for them (the default config evaluates plain chains)
-    e = pipeline.stage_config(EvalConfig, {"target": "x", "run": "r"}, {**c.evaluate, "candidates": [1, 3]}, "evaluate")
+    # trees as an evaluate section may ask for them
+    e = pipeline.stage_config(EvalConfig, {"target": "x", "run": "r"}, {**c.evaluate, "tree_nodes": [0, 6]}, "evaluate")
     t2, e2, notes = pipeline.fit_to_target(_target(tmp_path, model_type), t, e)
     assert len(notes) == len(left_out) and all(n.startswith(want) for n, want in zip(notes, left_out))
-    assert t2.copy_circuit == (model_type == "llama") and e2.candidates == ([1] if model_type == "phi3" else [1, 3])
+    assert t2.copy_circuit == (model_type == "llama") and e2.tree_nodes == ([0] if model_type == "mistral" else [0, 6])
 
 
 @pytest.mark.parametrize("model_type, init", [("llama", "target_layers"), ("phi3", "random")])

@@ -14,18 +14,18 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 V = {"1": 1.1045, "2": 1.1641, "3": 1.3041, "4": 1.4417, "5": 1.4783, "6": 1.6082, "8": 1.7618}
 
 
-def _entry(label, gamma=2, step=550, alpha=0.217, alpha_iid=0.3, c=0.031, speedup=1.10, lookup=0, candidates=1):
-    return {"label": label, "gamma": gamma, "step": step, "lookup": lookup, "candidates": candidates,
+def _entry(label, gamma=2, step=550, alpha=0.217, alpha_iid=0.3, c=0.031, speedup=1.10, lookup=0, tree_nodes=0):
+    return {"label": label, "gamma": gamma, "step": step, "lookup": lookup, "tree_nodes": tree_nodes,
             "schedule": "constant", "speedup": speedup, "speculative": {"acceptance_rate": alpha, "tau": 1.42},
             "cost_model": {"c": c, "alpha_iid": alpha_iid, "v": V}}
 
 
 @pytest.fixture
 def pipeline_like():
-    """The entries distill.pipeline's settings give: the last checkpoint at γ=2, with lookup and top-3 variants,
+    """The entries distill.pipeline's settings give: the last checkpoint at γ=2, with lookup and tree variants,
     and the untrained anchor; plus the run's proxy curve."""
     entries = [_entry("step 550"), _entry("step 550 + lookup 2", alpha=0.223, speedup=1.13, lookup=2),
-               _entry("step 550 top-3", alpha=0.276, speedup=0.97, candidates=3),
+               _entry("step 550 tree-6", alpha=0.276, speedup=0.97, tree_nodes=6),
                _entry("untrained layers:0,1", step=None, alpha=0.022, alpha_iid=0.03, c=0.048, speedup=0.78)]
     return {"entries": entries, "training_proxy": [[0, 0.09], [50, 0.16], [100, 0.28]]}
 

@@ -13,7 +13,7 @@ def _entry(label="step 550", gamma=2, speedup=1.10, tau=1.42, v=None, step_ms=27
     cats = cats or {"chat": (0.9985, 1.277), "code": (1.1767, 1.5242), "math": (1.2276, 1.6017),
                     "qa": (1.0133, 1.2908)}
     return {"label": label, "draft": f"/d/{label}", "gamma": gamma, "speedup": speedup, "trained": True, "step": 550,
-            "lookup": 0, "candidates": 1, "lossless": True, "speedup_vs_hf_assisted": None, "device": "cpu",
+            "lookup": 0, "tree_nodes": 0, "lossless": True, "speedup_vs_hf_assisted": None, "device": "cpu",
             "dtype": "float32", "max_new_tokens": 64, "temperature": 0.0, "schedule": "constant",
             "baseline": {"tokens_per_s": 35.2}, "speculative": {"acceptance_rate": 0.217, "tau": tau, "tokens_per_s": 38.6},
             "cost_model": {"c": 0.031, "alpha_iid": 0.3, "predicted_speedup": 1.17, "target_step_ms": step_ms,

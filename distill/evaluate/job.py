@@ -18,8 +18,8 @@ vLLM's n-gram lookup.
 Feature heads (EAGLE-3 style folders, decode.feature_head) are drafts like any other: same prompts, baseline, α,
 τ, c, v(γ) and cost model, each entry marked with its design's kind (specdistill.json `design.kind`: feature_head;
 standalone drafts have none). What does not apply to a head is left out and said so: transformers' assisted
-generation (it takes standalone models only), top-K candidates (a head drafts one chain: of --candidates [1, 3]
-it runs 1), --draft-weights (a head runs its own weights), and the untrained layer cut (a standalone anchor).
+generation (it takes standalone models only), --draft-weights (a head runs its own weights), and the untrained
+layer cut (a standalone anchor). Token trees (--tree-nodes, decode.tree) run for both kinds.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ class EvalConfig:
     lookup: int | list = field(default=DecodeOptions.lookup, metadata={"help": "decoder's context lookup: n-gram length (0 = off), or a list "
                                                            "to compare, e.g. [0, 2] (decode.lookup)"})
     lookup_tokens: int = field(default=DecodeOptions.lookup_tokens, metadata={"help": "tokens per lookup proposal (0 = γ)"})
-    candidates: int | list = field(default=DecodeOptions.candidates, metadata={"help": "the draft's top-K verified at the first drafted position "
-                                                              "(greedy), or a list to compare, e.g. [1, 4]"})
+    tree_nodes: int | list = field(default=DecodeOptions.tree_nodes, metadata={"help": "token tree of up to N nodes, γ levels (0 = a "
+                                                                  "chain), or a list to compare, e.g. [0, 6]"})
     draft_weights: str = field(default=DecodeOptions.draft_weights, metadata={"help": "float32 | float16 | int8: drafts run with weights "
                                                                 "stored so on CPU (decode.smallgemm: a cheaper draft step)"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
@@ -87,8 +87,8 @@ class EvalConfig:
             raise UserError(f"--anchors must be hf, vllm or none, got {self.anchors!r}")
         if not self.gammas():
             raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
-        for g, n, k in product(self.gammas(), self.lookups(), self.candidate_counts()):
-            DecodeOptions(gamma=g, schedule=self.schedule, lookup=n, lookup_tokens=self.lookup_tokens, candidates=k,
+        for g, n, k in product(self.gammas(), self.lookups(), self.tree_sizes()):
+            DecodeOptions(gamma=g, schedule=self.schedule, lookup=n, lookup_tokens=self.lookup_tokens, tree_nodes=k,
                           draft_weights=self.draft_weights, temperature=self.temperature)  # the checks live there
         check_load_format(self.load_format)
         if self.anchors == "vllm" and self.load_format == "dummy":  # vLLM reads the target folder's weights itself
@@ -108,8 +108,8 @@ class EvalConfig:
     def lookups(self) -> list[int]:
         return [int(n) for n in (self.lookup if isinstance(self.lookup, list) else [self.lookup])] or [0]
 
-    def candidate_counts(self) -> list[int]:
-        return [int(k) for k in (self.candidates if isinstance(self.candidates, list) else [self.candidates])] or [1]
+    def tree_sizes(self) -> list[int]:
+        return [int(k) for k in (self.tree_nodes if isinstance(self.tree_nodes, list) else [self.tree_nodes])] or [0]
 
 
 def drafts_of_run(run: Path) -> list[tuple[str, int]]:
@@ -132,12 +132,12 @@ def draft_names(todo: list[tuple[str, int | None]]) -> dict[str, str]:
     return {s: s for s in parts}  # two spellings of one folder (absolute and relative): whole paths
 
 
-def _label(spec: str, step: int | None, names: dict[str, str], lookup: int = 0, candidates: int = 1) -> str:
+def _label(spec: str, step: int | None, names: dict[str, str], lookup: int = 0, tree_nodes: int = 0) -> str:
     if spec.startswith("layers:"):
         name = f"untrained {spec}"
     else:
         name = f"step {step}" if step is not None else names[spec]
-    name += f" top-{candidates}" if candidates > 1 else ""
+    name += f" tree-{tree_nodes}" if tree_nodes else ""
     return f"{name} + lookup {lookup}" if lookup else name
 
 
@@ -315,12 +315,9 @@ def _head_folder(spec: str) -> bool:
 
 def _grid(cfg: EvalConfig, spec: str, step: int | None, todo: list[tuple[str, int | None]],
           head: bool = False) -> list[tuple]:
-    """(candidates, lookup, γ) settings a draft runs at: the whole grid for the drafts asked for and the newest
-    checkpoint; the first setting only for the untrained anchor and earlier checkpoints (see plan_runs). A feature
-    head drafts one chain: it runs at candidates 1 only, whatever the list."""
-    gammas, lookups, counts = cfg.gammas(), cfg.lookups(), cfg.candidate_counts()
-    if head:
-        counts = [1]
+    """(tree nodes, lookup, γ) settings a draft runs at: the whole grid for the drafts asked for and the newest
+    checkpoint; the first setting only for the untrained anchor and earlier checkpoints (see plan_runs)."""
+    gammas, lookups, counts = cfg.gammas(), cfg.lookups(), cfg.tree_sizes()
     return list(product(counts, lookups, gammas)) if _main(spec, step, todo) else [(counts[0], lookups[0], gammas[0])]
 
 
@@ -333,12 +330,12 @@ def _main(spec: str, step: int | None, todo: list[tuple[str, int | None]]) -> bo
 def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, errors: list[dict]):
     """Load each draft and list its (draft, BenchConfig, with transformers' assisted generation) runs and labels.
 
-    The γ x lookup x top-K grid goes to the drafts asked for and the newest checkpoint; the untrained anchor and
+    The γ x lookup x tree grid goes to the drafts asked for and the newest checkpoint; the untrained anchor and
     the earlier checkpoints (the by-step curve) run at the first setting of each only, which keeps evaluation
-    time in check (_grid). transformers' assisted generation has no lookup and verifies one candidate per
-    position, so it runs next to the first lookup setting and candidates 1 only. A draft that does not load (a
+    time in check (_grid). transformers' assisted generation has no lookup and verifies chains only, so it
+    runs next to the first lookup setting and chains only. A draft that does not load (a
     missing folder, weights cut short) is skipped and recorded in `errors`: one bad draft never stops the others.
-    A feature head runs at candidates 1 and its own weights (_head_notes says so); transformers' assisted generation
+    A feature head runs with its own weights (_head_notes says so); transformers' assisted generation
     is asked for it as for any draft, and decode.bench records why it cannot run (`hf_assisted_skipped`).
     Returns (runs, labels, notes): notes are report.md's lines on what was left out for feature heads."""
     runs, labels, heads = [], [], []
@@ -353,10 +350,10 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
         for k, n, g in _grid(cfg, spec, step, todo, head):
             bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
                                max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
-                               lookup_tokens=cfg.lookup_tokens, candidates=k,
+                               lookup_tokens=cfg.lookup_tokens, tree_nodes=k,
                                draft_weights=DecodeOptions.draft_weights if head else cfg.draft_weights,
                                temperature=cfg.temperature, seed=cfg.seed, device=str(target.device), dtype=cfg.dtype)
-            runs.append((draft, bcfg, cfg.hf_anchors() and main and n == cfg.lookups()[0] and k == 1))
+            runs.append((draft, bcfg, cfg.hf_anchors() and main and n == cfg.lookups()[0] and not k))
             labels.append((spec, step, n, k))
     notes = _head_notes(cfg, heads)
     for line in notes:
@@ -370,9 +367,6 @@ def _head_notes(cfg: EvalConfig, heads: list[str]) -> list[str]:
         return []
     names = ", ".join(f"`{h}`" for h in heads)
     notes = []
-    if any(k > 1 for k in cfg.candidate_counts()):
-        notes.append(f"feature heads ({names}) ran at candidates 1 only: a head drafts one chain, top-K candidates "
-                     "are for standalone drafts")
     if cfg.draft_weights != DecodeOptions.draft_weights:
         notes.append(f"feature heads ({names}) ran with their own {DecodeOptions.draft_weights} weights: "
                      f"--draft-weights {cfg.draft_weights} is for standalone drafts")

@@ -26,8 +26,8 @@ POINT_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple",
 
 
 def _plain(e: dict) -> bool:
-    """The draft alone: no context lookup, one candidate per position (comparable across steps and γ)."""
-    return not e.get("lookup") and e.get("candidates", 1) == 1
+    """The draft alone: no context lookup, a chain (comparable across steps and γ)."""
+    return not e.get("lookup") and not e.get("tree_nodes")
 
 
 def _save(fig, path: Path) -> Path:
@@ -74,7 +74,7 @@ def by_step(result: dict, path: Path) -> Path | None:
 # --- speedup against γ
 def gamma_curves(entries: list[dict]) -> list[dict]:
     """Per draft: the cost model's speedup at γ = 1..8 from its measured per-token α, c and v(γ) (v at unmeasured
-    γ: costmodel.v_at), and its measured points. Entries with lookup or several candidates are points only (the
+    γ: costmodel.v_at), and its measured points. Entries with lookup or a token tree are points only (the
     prediction needs their round mix, measured at their γ alone).
     -> [{"label", "predicted": [(γ, speedup)] or [], "measured": [(γ, speedup)]}]"""
     out: dict[str, dict] = {}

@@ -25,7 +25,7 @@ def best(entries: list[dict]) -> dict | None:
         return None
     e = max(pool, key=lambda x: x["speedup"])
     return {"draft": e["draft"], "label": e["label"], "kind": kind(e), "gamma": e["gamma"], "lookup": e.get("lookup", 0),
-            "candidates": e.get("candidates", 1), "speedup": e["speedup"],
+            "tree_nodes": e.get("tree_nodes", 0), "speedup": e["speedup"],
             "acceptance_rate": e["speculative"]["acceptance_rate"], "tau": e["speculative"]["tau"],
             "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
             # the rule lossless was judged by (decode.lossless), its ε and the near-ties it excused; absent in old reports
@@ -77,7 +77,7 @@ def headline(result: dict) -> str:
     skipped = len(result.get("errors") or [])
     skipped = f"; skipped {skipped} (listed in report.md)" if skipped else ""
     lookup = f", context lookup {b['lookup']}" if b.get("lookup") else ""
-    lookup += f", top-{b['candidates']} candidates" if b.get("candidates", 1) > 1 else ""
+    lookup += f", token tree of {b['tree_nodes']} nodes" if b.get("tree_nodes") else ""
     what = f"{KIND_NAMES.get(b['kind'], b['kind'])}, " if b.get("kind", "standalone") != "standalone" else ""
     return (f"{timing.headline_note(result)}best draft {b['draft']} ({what}γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
             f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}{_in_run_note(b)}), "

@@ -113,9 +113,9 @@ def anchor(target: str, drafts: list[tuple[str, str]], entries: list[dict], enco
 
 
 def ours(entries: list[dict], draft: str, gamma: int) -> dict | None:
-    """Our decoder's numbers for this draft at γ (no lookup, one candidate: what vLLM's draft_model does)."""
+    """Our decoder's numbers for this draft at γ (no lookup, a chain: what vLLM's draft_model does)."""
     e = next((e for e in entries if e["draft"] == draft and e["gamma"] == gamma and not e.get("lookup")
-              and e.get("candidates", 1) == 1), None)
+              and not e.get("tree_nodes")), None)
     if e is None:
         return None
     s = e["speculative"]

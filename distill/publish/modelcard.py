@@ -57,7 +57,7 @@ def select_entries(report: dict, report_path: Path, draft_dir: Path) -> list[dic
     # entries decoded with the decoder's context lookup (decode.lookup) measure draft + lookup, and top-K
     # entries a token tree only FastLlama verifies: the card states what the draft does as a plain chain
     entries = [e for e in report["entries"] if isinstance(e, dict) and "draft" in e and "speedup" in e
-               and not e.get("lookup") and e.get("candidates", 1) == 1]
+               and not e.get("lookup") and not e.get("tree_nodes")]
 
     def same(d: str) -> bool:
         p = Path(d).expanduser()
