@@ -47,6 +47,7 @@ from decode.targets import (
     load_target,
     parse_dtype,
 )
+from decode.tree import static_tree
 
 
 @dataclass
@@ -380,7 +381,7 @@ def _cost_model(cfg: BenchConfig, spec: Stats, b: dict, lat: dict, speedup: floa
         "alpha_iid": round(p, 4),
         "predicted_tau": round(costmodel.tau(p, cfg.gamma), 4),
         "predicted_speedup": round(_predict(cfg, p, lookup_model, lat["c"], v, spec), 4),
-        "tree": _tree_model(spec) if cfg.tree_nodes else None,
+        "tree": _tree_model(cfg, spec) if cfg.tree_nodes else None,
         "lookup": {k: round(x, 4) for k, x in lookup_model.items()} if lookup_model else None,
         "measured_speedup": round(speedup, 4),
         "best_gamma": best_g,
@@ -391,11 +392,13 @@ def _cost_model(cfg: BenchConfig, spec: Stats, b: dict, lat: dict, speedup: floa
     }
 
 
-def _tree_model(spec: Stats) -> dict:
-    """A tree run's cost-model inputs: per-depth acceptance, nodes verified and draft levels a round."""
+def _tree_model(cfg: BenchConfig, spec: Stats) -> dict:
+    """A tree run's cost-model inputs: per-depth acceptance, nodes verified and draft levels a round, and the
+    static tree of as many nodes that the measured acceptance by (depth, rank) suggests (vLLM's form)."""
     r = max(spec.tree_rounds, 1)
     return {"depth_acceptance": [round(x, 4) for x in costmodel.depth_acceptance(spec.accept_histogram)],
-            "nodes_per_pass": round(spec.tree_nodes / r, 3), "levels_per_round": round(spec.tree_levels / r, 3)}
+            "nodes_per_pass": round(spec.tree_nodes / r, 3), "levels_per_round": round(spec.tree_levels / r, 3),
+            "static_tree": str(static_tree(spec.tree_ranks, cfg.tree_nodes)).replace(" ", "")}
 
 
 def _lookup_model(spec: Stats) -> dict | None:

@@ -36,7 +36,7 @@ from decode.proposers import Clock, ContextLookup, DraftChain, HeadChain, Propos
 from decode.runner_choice import runner_for
 from decode.runners import sliding_window
 from decode.sampling import SamplingParams, logits_to_probs, sample
-from decode.tree import keep_rows, verify_mask, walk_greedy, walk_sampled
+from decode.tree import keep_rows, rank_counts, verify_mask, walk_greedy, walk_sampled
 
 DEFAULTS = DecodeOptions()  # generate()'s options when none are given (read, never changed)
 
@@ -63,6 +63,8 @@ class Stats:
     tree_rounds: int = 0  # of `rounds`: rounds that verified a token tree
     tree_nodes: int = 0  # nodes those rounds verified
     tree_levels: int = 0  # draft forwards those rounds ran (level 0 and each expanded level)
+    # "depth.rank" -> [accepted, offered]: how often the target took the draft's rank-r child at each depth
+    tree_ranks: dict = field(default_factory=dict)
     # times the phases: the wall clock unless generate() gives one for its device (CUDA events on a GPU)
     clock: Clock = field(default_factory=lambda: Clock(torch.device("cpu")), repr=False, compare=False)
 
@@ -96,6 +98,9 @@ class Stats:
                      "target_seconds", "draft_seconds", "seconds", "full_rounds", "lookup_rounds", "lookup_proposed",
                      "lookup_accepted", "lookup_full", "tree_rounds", "tree_nodes", "tree_levels"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        for key, (hit, offered) in other.tree_ranks.items():
+            mine = self.tree_ranks.setdefault(key, [0, 0])
+            mine[0], mine[1] = mine[0] + hit, mine[1] + offered
         h = self.accept_histogram
         h.extend([0] * (len(other.accept_histogram) - len(h)))
         for k, c in enumerate(other.accept_histogram):
@@ -118,7 +123,7 @@ class Stats:
             "draft_seconds": round(self.draft_seconds, 4),
             "accept_histogram": list(self.accept_histogram),
             "full_rounds": self.full_rounds,
-            "tree": {"rounds": self.tree_rounds, "nodes": self.tree_nodes, "levels": self.tree_levels,
+            "tree": {"rounds": self.tree_rounds, "nodes": self.tree_nodes, "levels": self.tree_levels, "ranks": dict(self.tree_ranks),
                      "nodes_per_pass": round(self.tree_nodes / self.tree_rounds, 3) if self.tree_rounds else 0.0},
             "lookup": {"rounds": self.lookup_rounds, "proposed": self.lookup_proposed,
                        "accepted": self.lookup_accepted, "full_rounds": self.lookup_full},
@@ -152,6 +157,9 @@ def verify_tree(target, cache, last: int, proposal: Proposal, stats: Stats, samp
         path, nxt = walk_greedy(tree, logits.argmax(-1).tolist())
     else:
         path, nxt = walk_sampled(tree, logits_to_probs(logits, sampling), generator)
+    for d, r, hit in rank_counts(tree, path):
+        counts = stats.tree_ranks.setdefault(f"{d}.{r}", [0, 0])
+        counts[0], counts[1] = counts[0] + hit, counts[1] + 1
     rows = keep_rows(path)
     cache.keep(start, rows)
     if getattr(target, "features", None) is not None:  # a feature head drafts from the path's rows

@@ -99,6 +99,41 @@ def walk_sampled(tree: TokenTree, p: torch.Tensor, generator=None) -> tuple[list
             return path, sample(pu, generator)
 
 
+def rank_counts(tree: TokenTree, path: list[int]) -> list[tuple[int, int, bool]]:
+    """(depth, rank, accepted) for every child the walk offered the target: the children of the root and of each
+    accepted node, rank = order among its siblings (0 = the draft's first choice)."""
+    out = []
+    for d, u in enumerate([-1] + path, start=1):
+        taken = path[d - 1] if d <= len(path) else None
+        out += [(d, r, c == taken) for r, c in enumerate(tree.children(u))]
+    return out
+
+
+def static_tree(ranks: dict[str, list[int]], nodes: int) -> list[tuple[int, ...]]:
+    """A fixed tree of `nodes` nodes from measured acceptance by (depth, rank) ("d.r" -> [accepted, offered]):
+    the paths of child ranks with the highest product of acceptance rates, each node after its parent and its
+    earlier siblings, in vLLM's `speculative_token_tree` form ([(0,), (1,), (0, 0), ...])."""
+    def rate(d: int, r: int) -> float:
+        hit, offered = ranks.get(f"{d}.{r}", [0, 0])
+        return hit / offered if offered else 0.0
+
+    def value(path: tuple[int, ...]) -> float:
+        v = 1.0
+        for d, r in enumerate(path, start=1):
+            v *= rate(d, r)
+        return v
+
+    chosen, frontier = [], [(0,)]  # a path enters the frontier once its parent and earlier sibling are chosen
+    while frontier and len(chosen) < nodes:
+        best = max(frontier, key=lambda p: (value(p), -len(p)))
+        if value(best) <= 0:
+            break
+        frontier.remove(best)
+        chosen.append(best)
+        frontier += [best[:-1] + (best[-1] + 1,), best + (0,)]
+    return sorted(chosen, key=lambda p: (len(p), p))
+
+
 def keep_rows(path: list[int]) -> list[int]:
     """Rows of a verification [x, n_1..n_N] the target's cache keeps: x and the accepted path."""
     return [0] + [i + 1 for i in path]

@@ -791,3 +791,17 @@ def test_a_check_that_looked_at_nothing_says_skip_not_ok(world):
     draft = SimpleNamespace(config=SimpleNamespace())  # a config without initializer_range
     check = compat.check_random_init(draft, world["target"])
     assert check.ok and check.skipped and "skipped" in check.detail
+
+
+def test_a_heads_card_shows_its_measured_tree_and_a_static_tree_for_vllm(tmp_path):
+    """Tree entries stay out of the card's chain numbers; the card shows them apart, and for a head the static
+    tree their acceptance by rank suggests, in vLLM's speculative_token_tree form."""
+    chain = {"draft": "d", "gamma": 2, "speedup": 1.10, "tau": 1.45, "lossless": True}
+    tree = {"draft": "d", "gamma": 2, "tree_nodes": 6, "speedup": 1.21, "tau": 1.92, "lossless": True,
+            "cost_model": {"tree": {"static_tree": "[(0,),(1,),(0,0)]"}}}
+    entries = modelcard.select_entries({"entries": [chain, tree]}, tmp_path / "report.json", tmp_path / "d")
+    assert [e.get("tree_nodes") for e in entries] == [None] and entries[0]["tree_variants"] == [tree]
+    text = modelcard.tree_section(modelcard.headline(entries), head=True)
+    assert "τ 1.92 (chain at γ=2: 1.45)" in text and '"speculative_token_tree": "[(0,),(1,),(0,0)]"' in text
+    assert "speculative_token_tree" not in modelcard.tree_section(entries[0], head=False)
+    assert modelcard.tree_section({**chain, "tree_variants": []}, head=True) == ""

@@ -52,12 +52,14 @@ def load_report(eval_dir: Path) -> tuple[Path, dict]:
 def select_entries(report: dict, report_path: Path, draft_dir: Path) -> list[dict]:
     """The report's entries (one per γ) for this draft: same resolved path, or the report's only trained draft.
 
-    Each returned entry gets the report's `prompt_set` (the entries themselves count prompts, not name them).
+    Each returned entry gets the report's `prompt_set` (the entries themselves count prompts, not name them) and
+    `tree_variants`: the same draft's token-tree entries at its γ (decode.tree), which the card shows apart.
     """
-    # entries decoded with the decoder's context lookup (decode.lookup) measure draft + lookup, and top-K
-    # entries a token tree only FastLlama verifies: the card states what the draft does as a plain chain
-    entries = [e for e in report["entries"] if isinstance(e, dict) and "draft" in e and "speedup" in e
-               and not e.get("lookup") and not e.get("tree_nodes")]
+    # entries decoded with the decoder's context lookup (decode.lookup) measure draft + lookup, and tree entries
+    # our decoder's token trees: the card's numbers are what the draft does as a plain chain, as engines run it
+    measured = [e for e in report["entries"] if isinstance(e, dict) and "draft" in e and "speedup" in e
+                and not e.get("lookup")]
+    entries = [e for e in measured if not e.get("tree_nodes")]
 
     def same(d: str) -> bool:
         p = Path(d).expanduser()
@@ -79,9 +81,34 @@ def select_entries(report: dict, report_path: Path, draft_dir: Path) -> list[dic
         raise UserError(
             f"{report_path} has no entry for {draft_dir}; it measures: {', '.join(drafts) or 'no trained draft'}"
         )
+    trees = [e for e in measured if e.get("tree_nodes") and str(e["draft"]) == str(mine[0]["draft"])]
     return sorted(
-        ({"prompt_set": report.get("prompt_set"), **e} for e in mine), key=lambda e: e.get("gamma", 0)
+        ({"prompt_set": report.get("prompt_set"), **e,
+          "tree_variants": [t for t in trees if t.get("gamma") == e.get("gamma")]} for e in mine),
+        key=lambda e: e.get("gamma", 0),
     )
+
+
+def tree_section(best: dict | None, head: bool) -> str:
+    """The measured token trees beside the chain numbers; for a head, the static tree they suggest for vLLM."""
+    trees = sorted((best or {}).get("tree_variants") or [], key=lambda e: -e["speedup"])
+    if not trees:
+        return ""
+    t = trees[0]
+    nodes, gamma = t["tree_nodes"], t["gamma"]
+    lines = [
+        "## Token trees",
+        f"In specdistill's decoder, a tree of up to {nodes} nodes and {gamma} levels drafted from this "
+        f"{'head' if head else 'draft'} and verified in one target pass gave τ {_fmt(t['tau'], '.2f')} "
+        f"(chain at γ={gamma}: {_fmt(best['tau'], '.2f')}) and {_fmt(t['speedup'], '.2f')}x over the target "
+        f"alone (chain: {_fmt(best['speedup'], '.2f')}x), lossless: {t.get('lossless')}.",
+    ]
+    static = ((t.get("cost_model") or {}).get("tree") or {}).get("static_tree")
+    if head and static:
+        lines.append(f"vLLM serves EAGLE-3 heads with a static tree. The one this measured acceptance by depth and "
+                     f"child rank suggests (not measured in vLLM here): `\"num_speculative_tokens\": {nodes}, "
+                     f"\"speculative_token_tree\": \"{static}\"` in `speculative_config`.")
+    return "\n\n".join(lines)
 
 
 def headline(entries: list[dict]) -> dict:
@@ -373,18 +400,18 @@ def build_card(
         f"specdistill. Weights are {weights_dtype} safetensors; the "
         "tokenizer files are the target's own."
     )
-    body = "\n\n".join(
-        [
+    body = "\n\n".join(part for part in [
             f"# {name}",
             intro,
             *[f"> **Warning: {w}.**" for w in slow_warnings(best, vllm)],
             _measured(entries, best, weights_dtype) if best else NO_EVAL,
             vllm_check.card_section(vllm, best),
+            tree_section(best, head),
             (usage.head_section(repo_id, shown, gamma, bool(target_id)) if head
              else usage.section(repo_id, shown, gamma, reduced)),
             (_head_design if head else _design)(meta, config, target_config, n_params),
             _training(meta),
             _checks(checks),
-        ]
+        ] if part
     )
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}\n")
