@@ -12,8 +12,9 @@ process, with a timeout, on `--load-format dummy` (random weights built on the G
   bench-self   decode.bench, the target as its own draft (α = 1: the decoder's own overhead)
   bench-cut    decode.bench, a 2-layer cut of the target (layers:0,1)
   pipeline     the quick pipeline end to end (fewer steps, 4 prompts evaluated, no lookup), shipping a draft
-  zero2        a 1-process DeepSpeed ZeRO-2 train of a few steps (accelerate launch) on the pipeline's data and
-               its random target (RUN/target)
+  zero2        a 1-process DeepSpeed ZeRO-2 train of a few steps (accelerate launch) of the GPU training preset
+               (configs/train/gpu-8b.yaml: token-budget batches, lr for the 8B width) on the pipeline's data and its
+               random target (RUN/target)
 
 and prints one table (also OUT/gpu_check.json); each step's output is in OUT/logs/STEP.log. The step timeouts
 (TIMEOUTS) sum to 8 minutes for the 8b shape. A machine without datasets or deepspeed installed fails the steps that
@@ -62,6 +63,7 @@ PIPELINE = ["--train", "{max_steps: 10, eval_every: 10, save_every: 10, report_t
             "--head", "{max_steps: 10, eval_every: 10, save_every: 10, report_to: none}",
             "--evaluate", "{limit: 4, lookup: 0}"]
 ZERO2_STEPS = 5
+TRAIN_PRESET = "configs/train/gpu-8b.yaml"  # the zero2 step's recipe, for both shapes (tiny: a CPU dry run of it)
 
 
 @dataclass
@@ -116,11 +118,10 @@ def steps(out: Path, shape: str) -> list[tuple[str, str, list[str], callable]]:
     cpu = not torch.cuda.is_available()  # the accelerate config's bf16 mixed precision is for GPUs
     zero2 = [py, "-m", "accelerate.commands.launch", "-q", "--config_file", "configs/accelerate/zero2.yaml",
              "--num_processes", "1", *(["--mixed_precision", "no"] if cpu else []), "distill/train.py",
-             "--config", "configs/train/default.yaml", "--target", str(run / "target"), "--data", str(run / "collect"),
+             "--config", TRAIN_PRESET, "--target", str(run / "target"), "--data", str(run / "collect"),
              "--eval-data", str(run / "heldout"), "--output", str(out / "zero2"), "--max-steps", str(ZERO2_STEPS),
              "--eval-every", str(ZERO2_STEPS), "--save-every", str(ZERO2_STEPS), "--log-every", "1",
              "--eval-rows", "16", "--report-to", "none",
-             "--copy-circuit", "false",  # the pipeline leaves it out on this shape too (llama3 RoPE), with a note
              *(["--precision", "fp32"] if cpu else [])]
     return [
         ("bench-self", "bench, the target as its own draft",

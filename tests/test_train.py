@@ -374,7 +374,7 @@ def test_metrics_rows_past_the_checkpoint_are_dropped_atomically(tmp_path):
     ("max_steps", 0, "--max-steps must be >= 1, got 0"),
     ("batch_size", -4, "--batch-size must be >= 1"),
     ("grad_accum", 0, "--grad-accum must be >= 1"),
-    ("save_every", 0, "--save-every must be >= 1"),
+    ("save_every", -1, "--save-every must be >= 0"),  # 0 = auto (loop.SaveCadence)
     ("eval_every", -1, "--eval-every must be >= 1"),
     ("warmup_steps", -1, "--warmup-steps must be >= 0"),
     ("keep_last", -2, "--keep-last must be >= 0"),

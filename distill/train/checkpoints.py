@@ -4,6 +4,12 @@
     RUN/checkpoint-000200/trainer_state.json   step (= data position), metrics, written last
     RUN/checkpoint-000200/hf/         the draft as a plain HF folder (docs/architecture.md, "Draft checkpoint folder"; written by decode.draft_folder)
 
+Dtypes: the accelerate state holds the weights the optimizer steps, as they are, so a resume is exact: fp32 under
+--precision fp32 and under accelerate's bf16 autocast (there the parameters are the fp32 master weights), 16-bit
+module weights plus DeepSpeed's fp32 master partitions in its optimizer state under a bf16 DeepSpeed engine; Adam's
+moments in fp32. hf/ is written in the training dtype (export.train_dtype: bf16 for a bf16 run), which its
+config.json and specdistill.json name. How often a run saves: loop.SaveCadence.
+
 Everything is written under RUN/.tmp-checkpoint-000200 and renamed into place by the main process after
 every rank has finished, so a crash mid-save leaves the previous checkpoint as the newest complete one.
 """

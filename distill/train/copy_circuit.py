@@ -105,8 +105,9 @@ def residual_rms(model, sequences: list[list[int]], layer: int) -> float:
         lambda mod, args, kwargs: got.append((args[0] if args else kwargs["hidden_states"])[0].pow(2).mean(-1).sqrt()),
         with_kwargs=True)
     try:
-        for s in sequences:
-            model.model(input_ids=torch.tensor([s], device=model.device))
+        with torch.compiler.set_stance("force_eager"):  # a compiled draft (--compile) would recompile per hooked call
+            for s in sequences:
+                model.model(input_ids=torch.tensor([s], device=model.device))
     finally:
         hook.remove()
     return torch.cat(got).median().item()

@@ -234,6 +234,10 @@ class HeadStudent(torch.nn.Module):
         self.weights, self.jsd_beta, self.rows = weights, jsd_beta, chunk_rows(head.draft_vocab_size, chunk_bytes)
         self.ttt_steps, self.ttt_decay = ttt_steps, ttt_decay
 
+    def compile_layers(self) -> None:
+        """torch.compile the head's forward in place (its state dict keeps its keys); the loss stays eager."""
+        self.model.compile()
+
     def unroll(self, input_ids: torch.Tensor, features: torch.Tensor, steps: int):
         """Yield the head's outputs (B, n = T-1, H) for TTT steps 0..steps-1: at step k head position p reads
         x_{p+1+k} (the target's token; 0 past the end) at rotary position p+1+k, and f_p (k = 0) or its own step

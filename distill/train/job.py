@@ -103,9 +103,13 @@ class TrainConfig:
     data_workers: int = field(default=-1, metadata={"help": "processes collating batches ahead of the loop; 0 = one "
                               "background thread; -1 = 2 processes on GPU, a thread on CPU"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
+    compile: str = field(default="auto", metadata={"help": "torch.compile the draft's layers: on | off | auto (on "
+                         "with a CUDA device, except under DeepSpeed; off on CPU, where it measured slower)"})
     seed: int = field(default=0, metadata={"help": "data order and init seed"})
     # --- checkpoints, evaluation, tracking
-    save_every: int = field(default=100, metadata={"help": "checkpoint every N steps (and at the end)"})
+    save_every: int = field(default=0, metadata={"help": "checkpoint every N steps (and at the end, and on a stop "
+                            "signal); 0 = auto: at multiples of 100 steps, once the time since the last save is 19x "
+                            "what it took (saves ~5%% of the run at most, however large the draft or fast the device)"})
     keep_last: int = field(default=3, metadata={"help": "checkpoints kept (0 = all)"})
     eval_every: int = field(default=50, metadata={"help": "held-out acceptance proxy every N steps"})
     eval_rows: int = field(default=128, metadata={"help": "held-out rows for the proxy (0 = all)"})
@@ -132,6 +136,8 @@ class TrainConfig:
         if self.copy_circuit and self.lora_r:
             raise UserError("--lora-r with --copy-circuit: LoRA's dense low-rank updates would write into the circuit's "
                             "private dims; use one or the other")
+        if self.compile not in COMPILE:
+            raise UserError(f"--compile must be one of {', '.join(COMPILE)}, got {self.compile!r}")
         if self.design not in ("standalone", "feature_head"):
             raise UserError(f"--design must be standalone or feature_head, got {self.design!r}")
         if self.feature_dtype not in ("auto", *head.FEATURE_DTYPES):
@@ -155,10 +161,22 @@ class TrainConfig:
         return DraftDesign(**{k: getattr(self, k) for k in keys})
 
 
+COMPILE = ("auto", "on", "off")
+
+
+def use_compile(cfg: TrainConfig, accelerator) -> bool:
+    """--compile resolved: auto = on with CUDA, off on CPU (the default recipe on 2 CPU cores ran slower compiled:
+    docs/results.md, issue 38) and off under DeepSpeed (not tried there: ZeRO-3 gathers each layer's parameters in
+    hooks around its forward, which break the graph; --compile on still compiles)."""
+    if cfg.compile != "auto":
+        return cfg.compile == "on"
+    return accelerator.device.type == "cuda" and accelerator.state.deepspeed_plugin is None
+
+
 # the numbers a run cannot use below a bound (a typo such as --lr -1e-3 would otherwise train backwards)
-AT_LEAST = {1: ("max_steps", "max_nonfinite_steps", "ttt_steps", "batch_size", "grad_accum", "save_every", "eval_every", "log_every", "signal_every", "loss_chunk_mb",
+AT_LEAST = {1: ("max_steps", "max_nonfinite_steps", "ttt_steps", "batch_size", "grad_accum", "eval_every", "log_every", "signal_every", "loss_chunk_mb",
                 "spec_eval_gamma", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"),
-            0: ("lr_width", "batch_tokens", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
+            0: ("save_every", "lr_width", "batch_tokens", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
 
 
 def check_bounds(cfg: TrainConfig) -> None:
@@ -264,6 +282,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     feed = batches.feed(step_batches, data_workers(cfg))
     pending = loop.Pending()  # steps' loss rows still on the device: read at logging, evaluation and saving steps
     speed = throughput(accelerator, draft)
+    cadence = loop.SaveCadence(cfg.save_every)  # which steps save (--save-every; 0: by the time saves take)
     try:
         while step < cfg.max_steps:
             for g in optimizer.param_groups:
@@ -275,7 +294,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
             logging = step % cfg.log_every == 0 or step == cfg.max_steps
             evaluating = step % cfg.eval_every == 0 or step == cfg.max_steps
             stopping = step % cfg.signal_every == 0 and stop.agreed(accelerator)
-            saving = step % cfg.save_every == 0 or step == cfg.max_steps or stopping
+            saving = cadence.due(step, accelerator) or step == cfg.max_steps or stopping  # due(): on every rank
             if logging or evaluating or saving:  # the rows since the last read, checked in step order
                 for at, r in pending.flush(accelerator):
                     loop.check_finite(run, r, at, log)
@@ -290,7 +309,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
                 with speed.pause():
                     last_eval = loop.report_eval(run, held, step, log)
             if saving:
-                with speed.pause():
+                with speed.pause(), cadence.timing():
                     loop.save_checkpoint(run, step, last_eval, window)
             if stopping:
                 log(f"stopped by signal at step {step}; rerun the same command to resume")
@@ -498,6 +517,8 @@ def make_engine(cfg: TrainConfig, accelerator, model) -> tuple[torch.nn.Module, 
         student = head.HeadStudent(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20, cfg.ttt_steps, cfg.ttt_decay)
     else:
         student = Student(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20)
+    if use_compile(cfg, accelerator):
+        student.compile_layers()
     params = [p for p in student.parameters() if p.requires_grad]
     # fused: one kernel over every parameter (52 -> 11 ms a step for the default draft's 9.9M trainable parameters
     # on 2 CPU cores); under DeepSpeed the ZeRO optimizer steps its own flat partitions, so the default kernel there

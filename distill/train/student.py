@@ -42,6 +42,11 @@ class Student(torch.nn.Module):
     def _base(self):
         return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
 
+    def compile_layers(self) -> None:
+        """torch.compile the decoder stack in place (nn.Module.compile: the state dict keeps its keys, so
+        checkpoints and exports do not change); the head and the chunked loss stay eager."""
+        self._base().base_model.compile()
+
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """(n, H) last hidden states -> (n, V_draft) logits, as the model's forward would give them."""
         base = self._base()
