@@ -108,9 +108,12 @@ def test_compile_choice_on_cpu(value, on):
     assert use_compile(TrainConfig(compile=value), Accelerator(cpu=True)) is on  # auto: off on CPU
 
 
-def test_compile_typo_is_refused():
-    with pytest.raises(UserError, match="--compile must be one of auto, on, off, got 'yes'"):
-        TrainConfig(compile="yes")
+def test_compile_takes_yaml_booleans_and_refuses_other_words(tmp_path):
+    (tmp_path / "c.yaml").write_text("compile: off\n")  # YAML reads off as false
+    assert cli.parse(TrainConfig, ["--config", str(tmp_path / "c.yaml")]).compile == "off"
+    assert cli.parse(TrainConfig, ["--compile", "on"]).compile == "on"
+    with pytest.raises(UserError, match="--compile must be one of auto, on, off, got 'sometimes'"):
+        TrainConfig(compile="sometimes")
 
 
 def test_compile_layers_compiles_in_place(tiny_llama):

@@ -103,8 +103,9 @@ class TrainConfig:
     data_workers: int = field(default=-1, metadata={"help": "processes collating batches ahead of the loop; 0 = one "
                               "background thread; -1 = 2 processes on GPU, a thread on CPU"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
-    compile: str = field(default="auto", metadata={"help": "torch.compile the draft's layers: on | off | auto (on "
-                         "with a CUDA device, except under DeepSpeed; off on CPU, where it measured slower)"})
+    compile: str | bool = field(default="auto", metadata={"help": "torch.compile the draft's layers: on | off | "
+                                "auto (on with a CUDA device, except under DeepSpeed; off on CPU, where it measured "
+                                "slower). YAML's on/off/true/false are taken as on/off"})
     seed: int = field(default=0, metadata={"help": "data order and init seed"})
     # --- checkpoints, evaluation, tracking
     save_every: int = field(default=0, metadata={"help": "checkpoint every N steps (and at the end, and on a stop "
@@ -136,6 +137,8 @@ class TrainConfig:
         if self.copy_circuit and self.lora_r:
             raise UserError("--lora-r with --copy-circuit: LoRA's dense low-rank updates would write into the circuit's "
                             "private dims; use one or the other")
+        if isinstance(self.compile, bool):  # YAML reads `compile: off` (and --compile off) as false
+            self.compile = "on" if self.compile else "off"
         if self.compile not in COMPILE:
             raise UserError(f"--compile must be one of {', '.join(COMPILE)}, got {self.compile!r}")
         if self.design not in ("standalone", "feature_head"):
