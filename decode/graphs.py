@@ -15,8 +15,10 @@ more than the weights themselves (ISSUE 37: 47 ms a target forward in the run). 
           written with index_copy_ at those positions, and attention reads the whole buffer under an additive mask
           built from them (masked rows are zeros, never NaN), one batched matmul per K/V head group, so GQA needs
           no expanded K/V.
-  other   a prompt (n > MAX_GRAPH_TOKENS) and token trees (decode.tree) run FastLlama's eager forward on the same
-          buffers.
+  tree    a token tree's forward (decode.tree: a verification, or a draft's level) replays its own graph: the
+          rows' rotary offsets and their mask over the last TREE_WINDOW columns are static inputs too (every
+          column before the window is visible to every row; a tree whose mask differs there runs eagerly).
+  other   a prompt (n > MAX_GRAPH_TOKENS) runs FastLlama's eager forward on the same buffers.
   weights q|k|v and gate|up become one matmul each: the HF parameters are re-pointed into one buffer per layer
           (the same memory, one GEMV instead of two or three).
 
@@ -36,12 +38,27 @@ from decode.runners import FastLlama, StaticCache, _Linear
 
 MAX_GRAPH_TOKENS = 17  # a verification of γ = 16 drafts; longer forwards (prompts) run eagerly
 MIN_CAPACITY = 256
+TREE_WINDOW = 2 * MAX_GRAPH_TOKENS  # the last columns a captured tree forward's mask may vary over
 ENV = "SPECDISTILL_CUDA_GRAPHS"  # "0": the GPU decoder runs FastLlama's eager forward (for comparison)
 
 
 def graphs_enabled(device: torch.device) -> bool:
     """CUDA graphs on a CUDA device unless SPECDISTILL_CUDA_GRAPHS=0."""
     return device.type == "cuda" and os.environ.get(ENV, "1") != "0"
+
+
+def tree_window(tree, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A tree forward's (positions (n,), mask (n, start + n)) as a graph's static inputs: (rotary offsets from
+    start (n,), mask over the last TREE_WINDOW columns (n, TREE_WINDOW)), or None when some row does not see a
+    column before the window (then it runs eagerly)."""
+    positions, mask = tree
+    lo = start + n - TREE_WINDOW
+    if lo > 0 and not bool(mask[:, :lo].all()):
+        return None
+    window = torch.ones(n, TREE_WINDOW, dtype=torch.bool, device=mask.device)
+    part = mask[:, max(lo, 0):]
+    window[:, TREE_WINDOW - part.shape[1]:] = part
+    return positions - start, window
 
 
 def capacity_for(max_len: int) -> int:
@@ -73,27 +90,33 @@ class GraphCache(StaticCache):
 
 
 class _Graph:
-    """One captured forward: static ids (n,) and start () in, static (logits, features) out."""
+    """One captured forward: static ids (n,) and start () in (a tree's: also offsets (n,) and window mask
+    (n, TREE_WINDOW)), static (logits, features) out."""
 
-    def __init__(self, runner: GraphLlama, buffers: _Buffers, n: int, keep: int):
+    def __init__(self, runner: GraphLlama, buffers: _Buffers, n: int, keep: int, tree: bool = False):
         dev = runner.device
         with torch.inference_mode(False), torch.no_grad():
             self.ids = torch.zeros(n, dtype=torch.long, device=dev)
             # warm-up runs write K/V at start..start+n: the scratch rows past capacity, never a live position
             self.start = torch.full((), buffers.capacity, dtype=torch.long, device=dev)
+            self.tree = (torch.arange(n, device=dev), torch.ones(n, TREE_WINDOW, dtype=torch.bool, device=dev)) \
+                if tree else None
         side = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):  # cuBLAS and the allocator settle before capture
             for _ in range(2):
-                runner.static_forward(self.ids, self.start, buffers, keep)
+                runner.static_forward(self.ids, self.start, buffers, keep, self.tree)
         torch.cuda.current_stream(dev).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):  # a private memory pool: replays in any order cannot clobber another's
-            self.out = runner.static_forward(self.ids, self.start, buffers, keep)
+            self.out = runner.static_forward(self.ids, self.start, buffers, keep, self.tree)
 
-    def run(self, ids, start: int):
+    def run(self, ids, start: int, tree=None):
         self.ids.copy_(ids, non_blocking=True)
         self.start.fill_(start)
+        if tree is not None:
+            self.tree[0].copy_(tree[0], non_blocking=True)
+            self.tree[1].copy_(tree[1], non_blocking=True)
         self.graph.replay()
         return self.out
 
@@ -154,37 +177,47 @@ class GraphLlama(FastLlama):
         n, start = len(ids), cache.length
         if start + n > cache.capacity:
             raise ValueError(f"KV cache holds {cache.capacity} positions; {start + n} needed")
-        if tree is not None or n > MAX_GRAPH_TOKENS or not isinstance(cache, GraphCache):
+        static_tree = tree_window(tree, start, n) if tree is not None else None
+        if (tree is not None and static_tree is None) or n > MAX_GRAPH_TOKENS or not isinstance(cache, GraphCache):
             return super().forward(ids.tolist() if torch.is_tensor(ids) else ids, cache, keep, tree)
         if not torch.is_tensor(ids):
             ids = torch.tensor(ids, dtype=torch.long)
             ids = ids.pin_memory() if self.graphs else ids
         if self.graphs:
-            key = (n, keep, self.capture)
+            key = (n, keep, self.capture, tree is not None)
             graph = cache.buffers.graphs.get(key)
             if graph is None:
-                graph = cache.buffers.graphs[key] = _Graph(self, cache.buffers, n, keep)
-            logits, features = graph.run(ids, start)
+                graph = cache.buffers.graphs[key] = _Graph(self, cache.buffers, n, keep, tree is not None)
+            logits, features = graph.run(ids, start, static_tree)
         else:
             start_t = torch.full((), start, dtype=torch.long, device=self.device)
-            logits, features = self.static_forward(ids.to(self.device), start_t, cache.buffers, keep)
+            logits, features = self.static_forward(ids.to(self.device), start_t, cache.buffers, keep, static_tree)
         cache.length = start + n
         if self.capture:
             self.features = features.clone()
         return logits.clone()
 
-    def static_forward(self, ids: torch.Tensor, start: torch.Tensor, buffers: _Buffers, keep: int):
+    def static_forward(self, ids: torch.Tensor, start: torch.Tensor, buffers: _Buffers, keep: int, tree=None):
         """The graph's body: ids (n,) on the device after `start` (a () device tensor) cached positions ->
-        (logits (keep, V), features (n, len(capture) * H) or None). Reads no host value from the device."""
+        (logits (keep, V), features (n, len(capture) * H) or None). Reads no host value from the device.
+        tree = (offsets (n,), window (n, TREE_WINDOW) bool) from tree_window: row i at rotary position start +
+        offsets[i], seeing every column before the window and the window's columns where window[i] is True."""
         n, width = ids.shape[0], buffers.k.shape[2]
-        pos = start + self._steps[:n]  # (n,)
+        slots = start + self._steps[:n]  # (n,) where the rows' K/V go
+        pos = slots if tree is None else start + tree[0]  # (n,) rotary positions
         h = F.embedding(ids, self.embed)  # (n, H)
         cos, sin = self._cos[pos], self._sin[pos]  # (n, head_dim)
         group = self.n_heads // self.n_kv
-        # token i sees every position <= start + i: the cache, itself and the new tokens before it; (group * n, width)
         cols = torch.arange(width, device=self.device)
+        if tree is None:  # token i sees every position <= start + i: the cache, itself and the new tokens before it
+            hidden = cols[None] > slots[:, None]
+        else:
+            rel = cols - (start + n - TREE_WINDOW)  # (width,) a column's index in the window
+            inside = (rel >= 0) & (rel < TREE_WINDOW)
+            seen = tree[1][:, rel.clamp(0, TREE_WINDOW - 1)]  # (n, width)
+            hidden = (cols[None] >= start + n) | (inside[None] & ~seen)
         bias = torch.zeros(n, width, dtype=self.dtype, device=self.device)
-        bias = bias.masked_fill_(cols[None] > pos[:, None], float("-inf")).repeat(group, 1)
+        bias = bias.masked_fill_(hidden, float("-inf")).repeat(group, 1)  # (group * n, width)
         nq, nkv, hd = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
         captured = []
         for li, (ln1, qkv_lin, o_lin, ln2, gate_up_lin, down_lin) in enumerate(self.layers):
@@ -195,8 +228,8 @@ class GraphLlama(FastLlama):
             k = qkv[:, nq:nq + nkv].view(n, self.n_kv, hd).transpose(0, 1)
             v = qkv[:, nq + nkv:].view(n, self.n_kv, hd).transpose(0, 1)
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
-            buffers.k[li].index_copy_(1, pos, k)
-            buffers.v[li].index_copy_(1, pos, v.contiguous())
+            buffers.k[li].index_copy_(1, slots, k)
+            buffers.v[li].index_copy_(1, slots, v.contiguous())
             att = self._attend_few(q, buffers.k[li], buffers.v[li], bias)  # (heads, n, hd)
             h = h + o_lin(att.transpose(0, 1).reshape(n, nq))
             gate, up = gate_up_lin(self._norm(h, ln2)).chunk(2, dim=-1)

@@ -311,6 +311,7 @@ def ship(out: Path, result: dict) -> dict | None:
     shutil.copytree(b["draft"], dest)
     return {"kind": b.get("kind"), "from": b["draft"], "folder": str(dest), "speedup": b["speedup"],
             "acceptance_rate": b["acceptance_rate"], "tau": b["tau"], "gamma": b["gamma"],
+            "tree_nodes": b.get("tree_nodes", 0),  # measured with a token tree of this many nodes (0: a chain)
             "lossless_rule": b.get("lossless_rule", "exact"), "excused_divergences": b.get("excused_divergences", 0),
             "slower": b["speedup"] < 1.0}
 

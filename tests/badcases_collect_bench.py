@@ -135,7 +135,7 @@ CASES = [
     Case("bench", "--gamma 100000", lambda env: _bench(env, "--gamma", "100000"), "--gamma must be in 1..64"),
     Case("bench", "--gamma 0", lambda env: _bench(env, "--gamma", "0"), "--gamma must be in 1..64"),
     Case("bench", "--gamma four", lambda env: _bench(env, "--gamma", "four"), "--gamma: cannot parse 'four'"),
-    Case("bench", "--candidates 1000", lambda env: _bench(env, "--candidates", "1000"), "--candidates must be in 1..64"),
+    Case("bench", "--tree-nodes 1000", lambda env: _bench(env, "--tree-nodes", "1000"), "--tree-nodes must be in 0..64"),
     Case("bench", "--limit -1", lambda env: _bench(env, "--limit", "-1"), "--limit must be >= 0"),
     Case("bench", "--schedule that does not exist", lambda env: _bench(env, "--schedule", "fastest"),
          "--schedule must be one of"),

@@ -13,6 +13,9 @@ from decode import speculative
 from decode.graphs import MAX_GRAPH_TOKENS, MIN_CAPACITY, GraphLlama, capacity_for
 from decode.options import DecodeOptions
 from decode.runners import FastLlama
+from decode.tree import keep_rows, level_inputs, verify_mask
+
+FAST_FORWARD = FastLlama.forward
 
 
 @pytest.fixture
@@ -44,6 +47,35 @@ def test_static_steps_match_fastllama_after_a_prompt_and_a_rollback(pair):
     for x, y in zip(a, b):  # float32, matmuls in another order (HF's (out, in) weights vs FastLlama's (in, out) copy)
         torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5 * float(y.abs().max()))
     assert len(prompt) > MAX_GRAPH_TOKENS and all(len(c) <= MAX_GRAPH_TOKENS for c in chunks)
+
+
+def test_tree_forwards_take_the_static_path_and_match_fastllama(pair, monkeypatch):
+    """A tree verification and a draft-style level whose rows see tree rows already in the cache (decode.tree):
+    the static forward (what a graph replays) gives FastLlama's logits, and keep() leaves the same cache."""
+    graph, fast = pair
+    eager = []
+    monkeypatch.setattr(FastLlama, "forward", lambda self, *a, **k: eager.append(1) or FAST_FORWARD(self, *a, **k))
+    prompt = list(range(5, 30))
+    parents, depths = [-1, -1, 0, 0, 2], [1, 1, 2, 2, 3]
+    results = []
+    for runner in (graph, fast):
+        cache = runner.new_cache(64)
+        runner.forward(prompt, cache, 1)
+        start = cache.length
+        tree = runner.forward([3, 5, 6, 7, 8, 9], cache, 6, tree=verify_mask(parents, depths, start, runner.device))
+        cache.keep(start, keep_rows([0, 2]))  # x, then nodes 0 and 2: three rows kept
+        base = cache.length
+        # a draft's levels after it: two children of the last kept row, then one child of each, which sees the
+        # cache before the tree and its parent's fed row only
+        tokens, pos, mask = level_inputs([(11, [], 1), (12, [], 1)], base, 0, runner.device)
+        level1 = runner.forward(tokens, cache, 2, tree=(pos, mask))
+        tokens, pos, mask = level_inputs([(13, [0], 2), (14, [1], 2)], base, 2, runner.device)
+        level2 = runner.forward(tokens, cache, 2, tree=(pos, mask))
+        results.append((tree, level1, level2))
+        if runner is graph:
+            assert len(eager) == 1  # its prefill: every tree forward took the static path
+    for x, y in zip(*results):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5 * float(y.abs().max()))
 
 
 def test_static_forward_matches_hf_logits(tiny_llama):
