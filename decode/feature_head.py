@@ -231,6 +231,11 @@ class FeatureHead(torch.nn.Module):
         folder.mkdir(parents=True, exist_ok=True)
         sd = state_dict if state_dict is not None else self.state_dict()
         sd = {k: v.detach().contiguous().cpu() for k, v in sd.items() if not k.startswith("rotary_emb.")}
+        if sd.get("d2t") is not None:  # vLLM's eagle3 takes draft ids in ascending target-id order: rows follow
+            ids = sd["d2t"] + torch.arange(len(sd["d2t"]))
+            order = ids.argsort()
+            sd["d2t"] = ids[order] - torch.arange(len(ids))
+            sd["lm_head.weight"] = sd["lm_head.weight"][order].contiguous()
         save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
         (folder / "config.json").write_text(json.dumps(self.speculators_config(gamma), indent=2) + "\n")
         return folder

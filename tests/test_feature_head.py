@@ -177,3 +177,21 @@ def test_stored_features_are_reused_when_a_run_resumes(tiny_collected, tmp_path,
     _train(_argv(tiny_collected, out, "--max-steps", "6"))
     again = capsys.readouterr().out
     assert "features: " not in again and "resumed from" in again
+
+
+def test_a_head_saves_its_draft_vocabulary_in_ascending_target_ids(pair, tmp_path):
+    """vLLM's eagle3 reads d2t as the ascending list of t2d's ids: a head trained with its vocabulary in frequency
+    order saves its lm_head rows in that order, and drafts the same tokens after loading."""
+    target, head = pair
+    shuffled = FeatureHead(head.config, head.feature_layers, list(range(298, -1, -2))).eval()
+    shuffled.load_state_dict({k: v for k, v in head.state_dict().items() if k not in ("d2t", "t2d")}, strict=False)
+    shuffled.save(tmp_path / "h")
+    back = FeatureHead.load(tmp_path / "h")
+    assert back.draft_ids().tolist() == list(range(0, 300, 2))
+    ids = list(range(9))
+    out, _ = generate(target, shuffled, ids, 12, DecodeOptions(gamma=3))
+    assert generate(target, back, ids, 12, DecodeOptions(gamma=3))[0] == out
+    h = torch.randn(64)
+    want = dict(zip(shuffled.draft_ids().tolist(), shuffled.logits(h).tolist()))
+    got = dict(zip(back.draft_ids().tolist(), back.logits(h).tolist()))
+    assert all(abs(want[k] - got[k]) < 1e-5 for k in want)

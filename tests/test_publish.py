@@ -796,8 +796,8 @@ def test_a_check_that_looked_at_nothing_says_skip_not_ok(world):
 def test_a_heads_card_shows_its_measured_tree_and_a_static_tree_for_vllm(tmp_path):
     """Tree entries stay out of the card's chain numbers; the card shows them apart, and for a head the static
     tree their acceptance by rank suggests, in vLLM's speculative_token_tree form."""
-    chain = {"draft": "d", "gamma": 2, "speedup": 1.10, "tau": 1.45, "lossless": True}
-    tree = {"draft": "d", "gamma": 2, "tree_nodes": 6, "speedup": 1.21, "tau": 1.92, "lossless": True,
+    chain = {"draft": "d", "gamma": 2, "speedup": 1.10, "speculative": {"tau": 1.45}, "lossless": True}
+    tree = {"draft": "d", "gamma": 2, "tree_nodes": 6, "speedup": 1.21, "speculative": {"tau": 1.92}, "lossless": True,
             "cost_model": {"tree": {"static_tree": "[(0,),(1,),(0,0)]"}}}
     entries = modelcard.select_entries({"entries": [chain, tree]}, tmp_path / "report.json", tmp_path / "d")
     assert [e.get("tree_nodes") for e in entries] == [None] and entries[0]["tree_variants"] == [tree]

@@ -12,6 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from decode import runners
 from decode.runner_choice import runner_for
 from decode.runners import FastLlama, HFRunner, default_attention, default_layout
+from decode.tree import verify_mask
 
 
 def _tensors(obj) -> list[torch.Tensor]:
@@ -79,25 +80,25 @@ def test_cuda_attention_takes_forms_the_fused_kernels_accept(tiny_llama, sdpa_ca
     cuda = FastLlama(model)
     cuda.attention = "cuda"
     c_cpu, c_cuda = cpu.new_cache(32), cuda.new_cache(32)
-    chunks = [(ids[:7], 0), (ids[7:8], 0), (ids[8:12], 0), (ids[12:17], 2)]  # prompt, token, verification, siblings
+    # prompt, token, verification, a token tree (x with two children, the first with two of its own; decode.tree)
+    chunks = [(ids[:7], False), (ids[7:8], False), (ids[8:12], False), (ids[12:17], True)]
     expected = []
-    for chunk, sib in chunks:
-        want = cpu.forward(chunk, c_cpu, len(chunk), siblings=sib)
+    for chunk, tree in chunks:
+        start = c_cpu.length
+        shape = verify_mask([-1, -1, 0, 0], [1, 1, 2, 2], start, model.device) if tree else None
+        want = cpu.forward(chunk, c_cpu, len(chunk), tree=shape)
         sdpa_calls.clear()
-        got = cuda.forward(chunk, c_cuda, len(chunk), siblings=sib)
+        got = cuda.forward(chunk, c_cuda, len(chunk), tree=shape)
         torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
         assert len(sdpa_calls) == 2  # one a layer
         expected.append(sdpa_calls[0])
-        if sib:  # an accepted-nothing round: forget the verification, as the decoder would
-            c_cpu.crop(-len(chunk))
-            c_cuda.crop(-len(chunk))
-    prompt, token, verify, siblings = expected
+    prompt, token, verify, trees = expected
     # a prompt: causal without a mask (flash / memory-efficient), K/V expanded to the query heads
     assert prompt == {"q_heads": 4, "kv_heads": 4, "n": 7, "is_causal": True, "enable_gqa": False, "mask": None}
     # one token: no mask, GQA in the kernel (flash decodes with it)
     assert token == {"q_heads": 4, "kv_heads": 2, "n": 1, "is_causal": False, "enable_gqa": True, "mask": None}
     # after a cache: an additive mask in the model's dtype, expanded heads (the memory-efficient kernel)
-    for call, n in ((verify, 4), (siblings, 5)):
+    for call, n in ((verify, 4), (trees, 5)):
         assert call == {"q_heads": 4, "kv_heads": 4, "n": n, "is_causal": False, "enable_gqa": False,
                         "mask": torch.float32}
 
