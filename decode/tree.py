@@ -41,7 +41,6 @@ class TokenTree:
     # sampling: parent index (-1 = root) -> (V_target,) q_u, the distribution its children were drawn from
     q: dict[int, torch.Tensor] = field(default_factory=dict)
     fed: list[int] = field(default_factory=list)  # (N,) the node's row among the tree rows the draft fed, -1: none
-    priority: list[float] = field(default_factory=list)  # (N,) the draft's estimate that the target reaches it
 
     def children(self, u: int) -> list[int]:
         return [i for i, p in enumerate(self.parents) if p == u]
@@ -230,7 +229,6 @@ def _select(pool: list[_Node], dists: dict[int, torch.Tensor], nodes: int) -> To
         tree.parents.append(index[n.parent] if n.parent >= 0 else -1)
         tree.depths.append(n.depth)
         tree.fed.append(n.row)
-        tree.priority.append(n.priority)
     tree.q = {(index[p] if p >= 0 else -1): q for p, q in dists.items() if p < 0 or p in index}
     return tree
 

@@ -89,11 +89,6 @@ def select_entries(report: dict, report_path: Path, draft_dir: Path) -> list[dic
     )
 
 
-def _tau(entry: dict):
-    """An entry's τ: a report entry keeps it under `speculative` (pipeline.json's `best` flat)."""
-    return (entry.get("speculative") or {}).get("tau", entry.get("tau"))
-
-
 def tree_section(best: dict | None, head: bool) -> str:
     """The measured token trees beside the chain numbers; for a head, the static tree they suggest for vLLM."""
     trees = sorted((best or {}).get("tree_variants") or [], key=lambda e: -e["speedup"])
@@ -104,8 +99,8 @@ def tree_section(best: dict | None, head: bool) -> str:
     lines = [
         "## Token trees",
         f"In specdistill's decoder, a tree of up to {nodes} nodes and {gamma} levels drafted from this "
-        f"{'head' if head else 'draft'} and verified in one target pass gave τ {_fmt(_tau(t), '.2f')} "
-        f"(chain at γ={gamma}: {_fmt(_tau(best), '.2f')}) and {_fmt(t['speedup'], '.2f')}x over the target "
+        f"{'head' if head else 'draft'} and verified in one target pass gave τ {_fmt(card_numbers(t)['tau'], '.2f')} "
+        f"(chain at γ={gamma}: {_fmt(card_numbers(best)['tau'], '.2f')}) and {_fmt(t['speedup'], '.2f')}x over the target "
         f"alone (chain: {_fmt(best['speedup'], '.2f')}x), lossless: {t.get('lossless')}.",
     ]
     static = ((t.get("cost_model") or {}).get("tree") or {}).get("static_tree")
