@@ -129,7 +129,8 @@ def measure(target, draft, gammas: list[int], context: int = 128, repeats: int =
         "target_matmul": {"one_token": getattr(runner_for(target), "one_row", "torch"),
                           "prompt": getattr(runner_for(target), "prompt", "torch"),
                           "verify": getattr(runner_for(target), "verify", "torch"),
-                          "kernel_isa": _kernel_isa(runner_for(target))},
+                          "kernel_isa": _kernel_isa(runner_for(target)),
+                          "kernel_prefetch_bytes": getattr(runner_for(target), "prefetch", None)},
         "v": {str(g): round(x, 4) for g, x in v.items()},
     }
 

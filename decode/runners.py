@@ -199,22 +199,43 @@ def _cuda_sdpa_args(mask: torch.Tensor | None, start: int, tree: bool, dtype) ->
     return {"attn_mask": bias}, True
 
 
-def _kernel_wins(linears: list[_Linear], rows: int, repeats: int) -> bool:
-    """Whether `rows`-token forwards multiply faster through decode.smallgemm than through torch's matmul (MKL),
-    timed on these very weights: a pass over all of them each way, alternating, median of `repeats` (the first
-    pass of each is a warm-up). Which wins depends on the machine: on one 2-core box MKL was ~20% faster at one
-    row; on another (AMD) the kernel was 1.8x at one row and 1.7x at a 44-token prompt. The portable build
-    is timed at a verification's rows too (the AVX2 and AVX-512 builds win there by design)."""
+def _faster(linears: list[_Linear], rows: int, repeats: int, a, b) -> bool:
+    """Whether multiplying `rows`-token inputs by these very weights is faster with b(lin, x) than with a(lin, x):
+    a pass over all of them each way, alternating, median of `repeats` (the first pass of each is a warm-up)."""
     xs = [torch.randn(rows, lin.w.shape[0], dtype=lin.w.dtype) for lin in linears]
-    times = {False: [], True: []}
+    times = {a: [], b: []}
     for _ in range(repeats + 1):
-        for kernel in (False, True):
+        for how in (a, b):
             t0 = time.perf_counter()
             for lin, x in zip(linears, xs):
-                lin.packed(x, lin.b) if kernel else lin.torch_mm(x)
-            times[kernel].append(time.perf_counter() - t0)
+                how(lin, x)
+            times[how].append(time.perf_counter() - t0)
     median = {k: sorted(t[1:])[repeats // 2] for k, t in times.items()}
-    return median[True] < median[False]
+    return median[b] < median[a]
+
+
+def _kernel_wins(linears: list[_Linear], rows: int, repeats: int) -> bool:
+    """Whether `rows`-token forwards multiply faster through decode.smallgemm than through torch's matmul (MKL).
+    Which wins depends on the machine: on one 2-core box MKL was ~20% faster at one row; on another (AMD) the
+    kernel was 1.8x at one row and 1.7x at a 44-token prompt. The portable build is timed at a verification's rows
+    too (the AVX2 and AVX-512 builds win there by design)."""
+    return _faster(linears, rows, repeats, lambda lin, x: lin.torch_mm(x), lambda lin, x: lin.packed(x, lin.b))
+
+
+def _choose_prefetch(linears: list[_Linear], rows: int, repeats: int) -> int:
+    """Sets, and returns, the kernel's prefetch distance for these weights (smallgemm.PREFETCH_BYTES or 0),
+    whichever multiplies `rows` tokens faster here: software prefetch made a 5-row pass 1.2-1.5x faster on a
+    Sapphire Rapids and an earlier layout slower on an AMD EPYC (decode/csrc/smallgemm.cpp)."""
+    def at(distance):
+        def multiply(lin, x):
+            lin.packed.prefetch = distance
+            lin.packed(x, lin.b)
+        return multiply
+
+    chosen = smallgemm.PREFETCH_BYTES if _faster(linears, rows, repeats, at(0), at(smallgemm.PREFETCH_BYTES)) else 0
+    for lin in linears:
+        lin.packed.prefetch = chosen
+    return chosen
 
 
 PROMPT_ROWS, PROMPT_PROBE = 256, 64  # prompts of up to PROMPT_ROWS tokens may use the kernel, judged at PROMPT_PROBE
@@ -283,6 +304,9 @@ class FastLlama:
         # 1.5-3.2 on an AVX2 EPYC), and a timing on a busy shared box can call two close paths either way. The
         # portable build is timed at a verification too: plain C++ may lose there.
         self.one_row = self.prompt = self.verify = "torch"
+        self.prefetch = 0  # the kernel's software prefetch distance in bytes (decode.smallgemm.PREFETCH_BYTES)
+        if small_m:  # timed at a verification's rows first: it moves the kernel's side of the timings below
+            self.prefetch = _choose_prefetch(self.linears(), VERIFY_PROBE if weights == "float32" else 1, 5)
         if small_m and weights != "float32":
             self.one_row = self.verify = "smallgemm"
         elif small_m:

@@ -5,6 +5,8 @@
     Packed(w_io, "float16")  the weight stored as float16 (float32 math): for drafts, at any M up to MAX_ROWS
     Packed(w_io, "int8")     int8 with one float32 scale per output column (float32 math): drafts, a quarter of
                              the bytes; absmax rounding moves a weight by at most half a step (scale / 2)
+    Packed.prefetch          bytes the kernel prefetches ahead of each weight stream (0 or PREFETCH_BYTES; the
+                             result is the same either way, only the speed differs)
 
 On a CPU, MKL's GEMM at M = 2..16 repacks the whole weight on every call, so a verification forward cost
 1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.costmodel), 1.5-3.2x on an AVX2 AMD EPYC;
@@ -32,6 +34,9 @@ import torch
 # the kernel always takes 2-16 rows (a verification); single rows and prompts go to whichever of it and MKL is
 # faster on the machine at hand (decode.runners times both when a runner is built)
 MIN_ROWS, MAX_ROWS = 2, 16
+# how far ahead of each weight stream the kernel prefetches, when it does: a Packed's `prefetch` (0 = not at all;
+# decode.runners times both at a runner's build: it pays on one CPU and cost on another, decode/csrc/smallgemm.cpp)
+PREFETCH_BYTES = 4096
 WEIGHTS = ("float32", "float16", "int8")  # how a packed weight is stored; all but float32 round it (drafts only)
 SOURCE = Path(__file__).parent / "csrc" / "smallgemm.cpp"
 
@@ -170,24 +175,25 @@ def _build(isa: str):
 
 class Packed:
     """One (in, out) float32 weight packed for the kernel, stored as `weights` (WEIGHTS); call with M rows of input.
-    isa: which build multiplies it (default chosen_isa(); every build packs alike)."""
+    isa: which build packs and multiplies it (default chosen_isa()). prefetch: see PREFETCH_BYTES."""
 
-    def __init__(self, w_io: torch.Tensor, weights: str = "float32", isa: str | None = None):
+    def __init__(self, w_io: torch.Tensor, weights: str = "float32", isa: str | None = None, prefetch: int = 0):
         if weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
         self.n_out = w_io.shape[1]
+        self.prefetch = prefetch
         self.scale = None
         if weights == "int8":  # symmetric, per output column: w[:, n] ~= q[:, n] * scale[n]
             self.scale = (w_io.abs().amax(0) / 127).clamp_min(torch.finfo(torch.float32).tiny).contiguous()  # (N,)
             w_io = torch.round(w_io / self.scale).clamp_(-127, 127).to(torch.int8)
-        # (ceil(N / 64), K, 64), in the storage type
+        # (ceil(N / 64), K, 64), in the storage type (the avx2 build orders each block as (4, K, 16) inside)
         module = kernel(isa)
         self.isa = module.isa()  # which build multiplies it
         self.blocks = module.pack(w_io.contiguous(), weights == "float16")
         self._mm = module.mm  # looked up once: __call__ runs ~120 times a target forward
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return self._mm(x.contiguous(), self.blocks, self.n_out, bias, self.scale)
+        return self._mm(x.contiguous(), self.blocks, self.n_out, bias, self.scale, self.prefetch)
 
 
 def usable_for(weight: torch.Tensor) -> bool:

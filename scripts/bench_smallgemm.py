@@ -1,9 +1,13 @@
 """decode.smallgemm's builds against torch's matmul on the default target's 121 float32 matmuls (docs/results.md,
 issue 40): one thread (a busy 2-core box preempts a 2-thread pass mid-way; one thread gives the steadier ratio),
 M = 1..5 rows, every path interleaved in one process, median of R passes, each path's ratio to its own one row.
+Each build runs twice: without software prefetch and with it (`+pf`: smallgemm.PREFETCH_BYTES ahead), the two
+choices decode.runners times at a runner's build. THREADS (default 1) sets torch's threads.
 
     python scripts/bench_smallgemm.py avx512,avx2,portable 7     # ISAs this CPU lacks cannot be listed
+    MKL_ENABLE_INSTRUCTIONS=AVX2 THREADS=2 python scripts/bench_smallgemm.py avx2 7   # an AVX2 box, as near as one gets
 """
+import os
 import sys
 import time
 
@@ -12,7 +16,8 @@ import torch
 from decode import smallgemm
 from decode.targets import load_model
 
-torch.set_num_threads(1)
+threads = int(os.environ.get("THREADS", "1"))
+torch.set_num_threads(threads)
 isas = sys.argv[1].split(",")
 R = int(sys.argv[2])
 model = load_model("default", "float32")
@@ -25,7 +30,7 @@ for layer in model.model.layers:
 ws.append(model.lm_head.weight.t().contiguous())
 nbytes = sum(w.numel() for w in ws) * 4
 packed = {isa: [smallgemm.Packed(w, isa=isa) for w in ws] for isa in isas}
-paths = ["torch", *isas]
+paths = ["torch", *[f"{isa}{pf}" for isa in isas for pf in ("", "+pf")]]
 rows = [1, 2, 3, 4, 5]
 xs = {m: [torch.randn(m, w.shape[0]) for w in ws] for m in rows}
 times = {(p, m): [] for p in paths for m in rows}
@@ -44,12 +49,14 @@ for rep in range(R + 1):  # the first pass of each path is a warm-up
                 for w, x in zip(ws, xs[m]):
                     x @ w
             else:
-                for pk, x in zip(packed[p], xs[m]):
+                isa = p.removesuffix("+pf")
+                for pk, x in zip(packed[isa], xs[m]):
+                    pk.prefetch = smallgemm.PREFETCH_BYTES if p.endswith("+pf") else 0
                     pk(x, None)
             if rep:
                 times[(p, m)].append(time.perf_counter() - t0)
 med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in times.items()}
-print(f"{len(ws)} matmuls, {nbytes / 1e6:.0f} MB, 1 thread; a read of the same bytes (sum): {sorted(st)[len(st) // 2] * 1e3:.1f} ms")
+print(f"{len(ws)} matmuls, {nbytes / 1e6:.0f} MB, {threads} thread(s); a read of the same bytes (sum): {sorted(st)[len(st) // 2] * 1e3:.1f} ms")
 for p in paths:
     one = med[(p, 1)]
-    print(f"{p:9s} " + "  ".join(f"M={m}: {med[(p, m)]:6.1f} ms ({med[(p, m)] / one:.2f})" for m in rows))
+    print(f"{p:11s} " + "  ".join(f"M={m}: {med[(p, m)]:6.1f} ms ({med[(p, m)] / one:.2f})" for m in rows))

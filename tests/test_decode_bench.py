@@ -70,7 +70,8 @@ def test_bench_result_schema_and_lossless(tmp_path, tiny_llama, tiny_tokenizer, 
     # v at every γ the cost model may read (paired with one-token forwards, decode.latency.verify_ratio), and which
     # matmul the target took for single tokens and prompts on this machine
     assert {"1", "2", "3", "4", "5", "6", "8"} <= set(r["cost_model"]["v"]) and min(r["cost_model"]["v"].values()) > 0
-    assert set(r["cost_model"]["target_matmul"]) == {"one_token", "prompt", "verify", "kernel_isa"}
+    assert set(r["cost_model"]["target_matmul"]) == {"one_token", "prompt", "verify", "kernel_isa",
+                                                     "kernel_prefetch_bytes"}
     ir = r["cost_model"]["in_run"]  # c and v from the run's own forward timings, and the model's prediction with them
     assert set(ir) == {"c", "v", "target_forward_ms", "predicted_speedup"} and min(ir.values()) > 0
     from decode import costmodel

@@ -35,7 +35,8 @@ def rounded(w: torch.Tensor, weights: str) -> torch.Tensor:
 @pytest.mark.parametrize("weights", smallgemm.WEIGHTS)
 def test_every_isa_matches_torch_and_rows_are_independent(isa, weights):
     """M = 1..7 (6 rows a pass, then a second pass), N not a multiple of the 64-column block, with and without a
-    bias: torch's matmul on the rounded weight; each row bitwise the same as when all 7 share the call."""
+    bias: torch's matmul on the rounded weight; each row bitwise the same as when all 7 share the call, and with
+    software prefetch on (it reads past a block's end: a prefetch never faults)."""
     isa_kernel(isa)
     g = torch.Generator().manual_seed(5)
     k, n = 200, 150
@@ -50,6 +51,9 @@ def test_every_isa_matches_torch_and_rows_are_independent(isa, weights):
             got = packed(x[:m], bias)
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * k ** 0.5)
             assert torch.equal(got, full[:m]) and torch.equal(packed(x[-m:], bias), full[-m:])
+        packed.prefetch = smallgemm.PREFETCH_BYTES
+        assert torch.equal(packed(x, bias), full)
+        packed.prefetch = 0
 
 
 @pytest.mark.parametrize("weights", smallgemm.WEIGHTS)
@@ -86,6 +90,8 @@ def test_avx2_forced_on_this_box_runs_fastllama(tiny_llama, monkeypatch):
     model = tiny_llama(0)
     runner = FastLlama(model)
     assert {lin.packed.isa for lin in runner.linears()} == {"avx2"}
+    # the build timed the kernel's prefetch and set the winner on every weight
+    assert {lin.packed.prefetch for lin in runner.linears()} == {runner.prefetch} <= {0, smallgemm.PREFETCH_BYTES}
     runner.set_paths("torch", "torch", "smallgemm")  # timing picks per machine; here the kernel verifies
     ids = torch.randint(0, model.config.vocab_size, (12,), generator=torch.Generator().manual_seed(1)).tolist()
     cache = runner.new_cache(32)
