@@ -55,7 +55,8 @@ static inline __m512 load16(const int8_t* p) {  // exact: int8 -> int32 -> float
 }
 
 template <int R, typename W>
-static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out, int64_t pf) {
+static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out,
+                          int64_t pf) {
   // x: (R, K) rows, wb: (K, BLOCK) one packed block, out: (R, BLOCK)
   __m512 acc[R][4];
   for (int r = 0; r < R; ++r)
@@ -94,7 +95,8 @@ template <int R>
 constexpr int kStreams = R == 1 ? 4 : R <= 3 ? 2 : 1;
 
 template <int R, typename W>
-static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out, int64_t pf) {
+static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out,
+                          int64_t pf) {
   // x: (R, K) rows, wb: (BLOCK / SUB, K, SUB) one packed block, out: (R, BLOCK)
   constexpr int S = kStreams<R>, Q = 2 * S;
   for (int s0 = 0; s0 < BLOCK / SUB; s0 += S) {
@@ -132,14 +134,16 @@ static const char* kIsa = "portable";
 constexpr int SUB = BLOCK;  // columns a block stores contiguously per k (packing below)
 
 template <int R, typename W>
-static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out, int64_t pf) {
+static void block_product(const float* __restrict x, int64_t K, const W* __restrict wb, float* __restrict out,
+                          int64_t pf) {
   // the same order as above (each column summed over k from zero), in loops the compiler vectorises over j
   float acc[R][BLOCK];
   std::memset(acc, 0, sizeof(acc));
   for (int64_t k = 0; k < K; ++k) {
     const W* wk = wb + k * BLOCK;
     if (pf)
-      for (int l = 0; l < int(BLOCK * sizeof(W)); l += 64) __builtin_prefetch(reinterpret_cast<const char*>(wk) + pf + l);
+      for (int l = 0; l < int(BLOCK * sizeof(W)); l += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(wk) + pf + l);
     float w[BLOCK];
     for (int j = 0; j < BLOCK; ++j) w[j] = static_cast<float>(wk[j]);
     for (int r = 0; r < R; ++r) {
@@ -235,5 +239,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("isa", [] { return std::string(kIsa); }, "which of the ISA paths above this build compiled");
   m.def("pack", &pack, "pack a (K, N) weight into column blocks (float16 when half; int8 stays int8)");
   m.def("mm", &mm, "x @ w (+ bias) for a few rows against a packed weight (int8: times per-column scales)",
-        py::arg("x"), py::arg("packed"), py::arg("n_out"), py::arg("bias"), py::arg("scale") = py::none(), py::arg("pf") = 0);
+        py::arg("x"), py::arg("packed"), py::arg("n_out"), py::arg("bias"), py::arg("scale") = py::none(),
+        py::arg("pf") = 0);
 }
