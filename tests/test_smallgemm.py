@@ -34,19 +34,19 @@ def rounded(w: torch.Tensor, weights: str) -> torch.Tensor:
 @pytest.mark.parametrize("isa", list(smallgemm.ISAS))
 @pytest.mark.parametrize("weights", smallgemm.WEIGHTS)
 def test_every_isa_matches_torch_and_rows_are_independent(isa, weights):
-    """M = 1..7 (6 rows a pass, then a second pass), N not a multiple of the 64-column block, with and without a
-    bias: torch's matmul on the rounded weight; each row bitwise the same as when all 7 share the call, and with
+    """M = 1..8 (7 rows a pass, then a second pass), N not a multiple of the 64-column block, with and without a
+    bias: torch's matmul on the rounded weight; each row bitwise the same as when all 8 share the call, and with
     software prefetch on (it reads past a block's end: a prefetch never faults)."""
     isa_kernel(isa)
     g = torch.Generator().manual_seed(5)
     k, n = 200, 150
-    w, b, x = torch.randn(k, n, generator=g), torch.randn(n, generator=g), torch.randn(7, k, generator=g)
+    w, b, x = torch.randn(k, n, generator=g), torch.randn(n, generator=g), torch.randn(8, k, generator=g)
     packed = smallgemm.Packed(w, weights, isa=isa)
     assert packed.isa == isa
     wr = rounded(w, weights)
     for bias in (None, b):
         full = packed(x, bias)
-        for m in range(1, 8):
+        for m in range(1, 9):
             want = x[:m] @ wr + (0 if bias is None else bias)
             got = packed(x[:m], bias)
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * k ** 0.5)
@@ -61,9 +61,10 @@ def test_avx2_gives_bitwise_the_avx512_result(weights):
     """Each column is the same sequential FMA sum over k in both builds (decode/csrc/smallgemm.cpp)."""
     isa_kernel("avx512"), isa_kernel("avx2")
     g = torch.Generator().manual_seed(6)
-    w, b, x = torch.randn(300, 130, generator=g), torch.randn(130, generator=g), torch.randn(7, 300, generator=g)
-    a = smallgemm.Packed(w, weights, isa="avx512")(x, b)
-    assert torch.equal(smallgemm.Packed(w, weights, isa="avx2")(x, b), a)
+    w, b, x = torch.randn(300, 130, generator=g), torch.randn(130, generator=g), torch.randn(8, 300, generator=g)
+    for m in range(1, 9):  # every row count's code path, 8 = a pass of 7 and one of 1
+        a = smallgemm.Packed(w, weights, isa="avx512")(x[:m], b)
+        assert torch.equal(smallgemm.Packed(w, weights, isa="avx2")(x[:m], b), a)
 
 
 def test_the_isa_is_the_best_the_cpu_has_unless_forced(monkeypatch):

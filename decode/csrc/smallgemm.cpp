@@ -7,16 +7,16 @@
 // whether speculation pays at all. Here the weight is packed once, at load, into column blocks of BLOCK columns,
 // (ceil(N / BLOCK), K, BLOCK), so each block streams contiguously and all M rows are multiplied against it while
 // it is in registers: the weight is read from DRAM once per call whatever M is (up to ROWS rows per pass; a block
-// re-read from L2 after that).
+// re-read from L2 after that). ROWS = 7: a 6-node token tree and its root in one pass.
 // Each output column is a sequential sum over k, one fused multiply-add at a time from zero, whatever M is and
 // whichever ISA below runs it: a row's result does not depend on how many rows were verified with it, and the
 // AVX-512 and AVX2 builds give bitwise the same result (the portable build may differ: no FMA unless its
 // compiler contracts one).
 // One source, three builds (decode/smallgemm.py: one extension per ISA, chosen by the compiler flags):
 //   __AVX512F__            a 64-column block is four 16-float zmm registers; 6 rows x 4 accumulators + 4 weight
-//                          registers fit the 32 registers
+//                          registers fit the 32 registers (7 rows: one weight register at a time)
 //   __AVX2__ + FMA + F16C  16 ymm registers hold 16 columns of 6 rows (2 weight + 6 x 2 accumulator + 1 broadcast
-//                          = 15), so this build packs each 64-column block as four 16-column sub-blocks one after
+//                          = 15; 7 rows: one weight register at a time, 16), so this build packs each 64-column block as four 16-column sub-blocks one after
 //                          the other, (4, K, 16): a pass over one sub-block is one contiguous run. Fewer rows take
 //                          several sub-blocks at once (kStreams), each its own sequential stream.
 //   anything else          the same loops in plain C++ for the compiler to vectorise: each weight still read once
@@ -40,7 +40,7 @@
 #endif
 
 constexpr int BLOCK = 64;     // columns per block (every ISA; the AVX2 build orders a block by SUB columns)
-constexpr int ROWS = 6;       // rows per pass
+constexpr int ROWS = 7;       // rows per pass (a 6-node token tree and its root)
 
 #if defined(__AVX512F__)
 static const char* kIsa = "avx512";
@@ -66,11 +66,18 @@ static void block_product(const float* __restrict x, int64_t K, const W* __restr
     if (pf)
       for (int l = 0; l < int(BLOCK * sizeof(W)); l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(wk) + pf + l, _MM_HINT_T0);
-    __m512 w[4];
-    for (int q = 0; q < 4; ++q) w[q] = load16(wk + 16 * q);
-    for (int r = 0; r < R; ++r) {
-      const __m512 xr = _mm512_set1_ps(x[r * K + k]);
-      for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_fmadd_ps(xr, w[q], acc[r][q]);
+    if constexpr (R <= 6) {
+      __m512 w[4];
+      for (int q = 0; q < 4; ++q) w[q] = load16(wk + 16 * q);
+      for (int r = 0; r < R; ++r) {
+        const __m512 xr = _mm512_set1_ps(x[r * K + k]);
+        for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_fmadd_ps(xr, w[q], acc[r][q]);
+      }
+    } else {  // 7 rows: 28 accumulators, one weight register at a time, each broadcast taken again per register
+      for (int q = 0; q < 4; ++q) {
+        const __m512 w = load16(wk + 16 * q);
+        for (int r = 0; r < R; ++r) acc[r][q] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), w, acc[r][q]);
+      }
     }
   }
   for (int r = 0; r < R; ++r)
@@ -89,7 +96,7 @@ static inline __m256 load8(const int8_t* p) {  // exact, as above
 
 // R rows take as many 16-column sub-blocks at once as their accumulators allow: all four for one row (8
 // accumulators, latency-bound chains otherwise), two for 2-3 rows (up to 12 accumulators + 3 broadcasts + 1 weight),
-// one for 4-6 (the 15 registers above). The summation order of every column is the same in each.
+// one for 4-7 (the registers above). The summation order of every column is the same in each.
 constexpr int SUB = 16;
 template <int R>
 constexpr int kStreams = R == 1 ? 4 : R <= 3 ? 2 : 1;
@@ -108,12 +115,17 @@ static void block_product(const float* __restrict x, int64_t K, const W* __restr
       if (pf)
         for (int i = 0; i < S; ++i)
           _mm_prefetch(reinterpret_cast<const char*>(ws + i * K * SUB + k * SUB) + pf, _MM_HINT_T0);
-      if constexpr (S == 1) {
+      if constexpr (S == 1 && R <= 6) {
         const __m256 w0 = load8(ws + k * SUB), w1 = load8(ws + k * SUB + 8);
         for (int r = 0; r < R; ++r) {
           const __m256 xr = _mm256_broadcast_ss(x + r * K + k);
           acc[r][0] = _mm256_fmadd_ps(xr, w0, acc[r][0]);
           acc[r][1] = _mm256_fmadd_ps(xr, w1, acc[r][1]);
+        }
+      } else if constexpr (S == 1) {  // 7 rows: 14 accumulators + 1 weight + 1 broadcast, each broadcast taken twice
+        for (int q = 0; q < 2; ++q) {
+          const __m256 w = load8(ws + k * SUB + 8 * q);
+          for (int r = 0; r < R; ++r) acc[r][q] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * K + k), w, acc[r][q]);
         }
       } else {
         __m256 xr[R];
@@ -159,7 +171,8 @@ template <typename W>
 using BlockFn = void (*)(const float*, int64_t, const W*, float*, int64_t);
 template <typename W>
 static const BlockFn<W> kBlockFns[ROWS] = {block_product<1, W>, block_product<2, W>, block_product<3, W>,
-                                           block_product<4, W>, block_product<5, W>, block_product<6, W>};
+                                           block_product<4, W>, block_product<5, W>, block_product<6, W>,
+                                           block_product<7, W>};
 
 // w: (K, N) float32 -> packed (ceil(N / BLOCK), K, BLOCK) float32 or float16 (each block (BLOCK / SUB, K, SUB)
 // inside), the last block zero-padded;
