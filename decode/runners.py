@@ -224,7 +224,7 @@ def _kernel_wins(linears: list[_Linear], rows: int, repeats: int) -> bool:
 
 def _choose_prefetch(linears: list[_Linear], rows: int, repeats: int) -> int:
     """Sets, and returns, the kernel's prefetch distance for these weights (smallgemm.PREFETCH_BYTES or 0),
-    whichever multiplies `rows` tokens faster here: software prefetch made a 5-row pass 1.2-1.5x faster on a
+    whichever multiplies `rows` tokens faster here: software prefetch made a 5-row pass 1.4-1.5x faster on a
     Sapphire Rapids and an earlier layout slower on an AMD EPYC (decode/csrc/smallgemm.cpp)."""
     def at(distance):
         def multiply(lin, x):
@@ -305,12 +305,12 @@ class FastLlama:
         # portable build is timed at a verification too: plain C++ may lose there.
         self.one_row = self.prompt = self.verify = "torch"
         self.prefetch = 0  # the kernel's software prefetch distance in bytes (decode.smallgemm.PREFETCH_BYTES)
+        lin = self.linears()
         if small_m:  # timed at a verification's rows first: it moves the kernel's side of the timings below
-            self.prefetch = _choose_prefetch(self.linears(), VERIFY_PROBE if weights == "float32" else 1, 5)
+            self.prefetch = _choose_prefetch(lin, VERIFY_PROBE if weights == "float32" else 1, 5)
         if small_m and weights != "float32":
             self.one_row = self.verify = "smallgemm"
         elif small_m:
-            lin = self.linears()
             verify = "smallgemm"
             if self.head.packed.isa == "portable" and not _kernel_wins(lin, VERIFY_PROBE, 5):
                 verify = "torch"

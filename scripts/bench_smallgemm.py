@@ -1,6 +1,6 @@
 """decode.smallgemm's builds against torch's matmul on the default target's 121 float32 matmuls (docs/results.md,
 issue 40): one thread (a busy 2-core box preempts a 2-thread pass mid-way; one thread gives the steadier ratio),
-M = 1..5 rows, every path interleaved in one process, median of R passes, each path's ratio to its own first row count (one row).
+M = 1..5 rows (ROWS), every path interleaved in one process, median of R passes, each path's ratio to its own first row count (one row).
 Each build runs twice: without software prefetch and with it (`+pf`: smallgemm.PREFETCH_BYTES ahead), the two
 choices decode.runners times at a runner's build. THREADS (default 1) sets torch's threads, ROWS (default 1,2,3,4,5)
 the row counts.
