@@ -112,9 +112,14 @@ static void block_product(const float* __restrict x, int64_t K, const W* __restr
     for (int r = 0; r < R; ++r)
       for (int q = 0; q < Q; ++q) acc[r][q] = _mm256_setzero_ps();
     for (int64_t k = 0; k < K; ++k) {
-      if (pf)
+      if (pf) {
         for (int i = 0; i < S; ++i)
           _mm_prefetch(reinterpret_cast<const char*>(ws + i * K * SUB + k * SUB) + pf, _MM_HINT_T0);
+        // one stream (4-7 rows) keeps too few lines in flight for its FMAs to hide DRAM's latency: a second
+        // prefetch, four times as far, into L2 (5 rows: 25.2 -> 23.1 ms a pass of the default target, forced AVX2)
+        if constexpr (S == 1)
+          _mm_prefetch(reinterpret_cast<const char*>(ws + k * SUB) + 4 * pf, _MM_HINT_T1);
+      }
       if constexpr (S == 1 && R <= 6) {
         const __m256 w0 = load8(ws + k * SUB), w1 = load8(ws + k * SUB + 8);
         for (int r = 0; r < R; ++r) {
