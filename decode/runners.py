@@ -174,8 +174,8 @@ def default_layout(device: torch.device) -> str:
 
 
 def default_attention(device: torch.device) -> str:
-    """Which attention code a forward takes: "cpu" (batched matmuls for a verification; SDPA with a boolean mask
-    otherwise), or "cuda" (SDPA in a form its flash / memory-efficient kernels accept; see _cuda_sdpa_args)."""
+    """Which attention code a forward takes: "cpu" (up to MAX_ROWS tokens: the kernel module's rows_attention where
+    it builds, else batched matmuls for a verification; SDPA with a boolean mask otherwise), or "cuda" (SDPA in a form its flash / memory-efficient kernels accept; see _cuda_sdpa_args)."""
     return "cpu" if device.type == "cpu" else "cuda"
 
 
@@ -294,6 +294,9 @@ class FastLlama:
             ))
         self.norm = model.model.norm.weight
         self.head = _Linear(model.lm_head, **kw)
+        # forwards of up to MAX_ROWS tokens on the CPU: each layer's RoPE, cache write and attention in one call of
+        # the kernel's module (decode/csrc/attention.cpp) instead of a dozen tiny torch ops; torch's ops otherwise
+        self.rows_attention = smallgemm.kernel().rows_attention if small_m else None
         self._cos = self._sin = None
         self.capture, self.features = (), None
         # one-token forwards and prompts (17-256 tokens): rounded weights take the kernel for single tokens and
@@ -374,6 +377,26 @@ class FastLlama:
         scores = torch.baddbmm(bias, qg, k.transpose(1, 2), alpha=hd ** -0.5)  # (kv_heads, group * n, end)
         return torch.bmm(torch.softmax(scores, -1), v).view(heads, n, hd)
 
+    def _torch_attention(self, qkv, cache: StaticCache, li: int, start: int, cos, sin, bias, sdpa, expand):
+        """One layer's RoPE, cache write and attention in torch's ops: qkv (n, nq + 2 nkv) -> (n, nq)."""
+        n, hd, end = qkv.shape[0], self.head_dim, start + qkv.shape[0]
+        nq, nkv = self.n_heads * hd, self.n_kv * hd
+        q = qkv[:, :nq].view(n, self.n_heads, hd).transpose(0, 1)  # (heads, n, hd)
+        k = qkv[:, nq:nq + nkv].view(n, self.n_kv, hd).transpose(0, 1)
+        v = qkv[:, nq + nkv:].view(n, self.n_kv, hd).transpose(0, 1)
+        q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+        cache.k[li, :, start:end] = k
+        cache.v[li, :, start:end] = v
+        k, v = cache.k[li, :, :end], cache.v[li, :, :end]  # (kv_heads, end, hd)
+        if bias is not None:
+            att = self._attend_few(q, k, v, bias)
+        else:
+            if expand:  # (heads, end, hd): query head h reads K/V head h // group, as HF's repeat_kv
+                group = self.n_heads // self.n_kv
+                k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+            att = F.scaled_dot_product_attention(q[None], k[None], v[None], **sdpa)[0]  # (heads, n, hd)
+        return att.transpose(0, 1).reshape(n, nq)
+
     @torch.no_grad()
     def forward(self, ids: list[int], cache: StaticCache, keep: int, tree=None) -> torch.Tensor:
         """Logits (keep, V) for the last `keep` of ids, after the cached positions.
@@ -395,11 +418,13 @@ class FastLlama:
             if n > 1:
                 mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
             cos, sin = self._cos[start:end], self._sin[start:end]
-        nq, nkv, hd = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
         group = self.n_heads // self.n_kv
         bias, sdpa, expand = None, {"attn_mask": mask, "enable_gqa": True}, False
+        fused = self.attention == "cpu" and self.rows_attention is not None and n <= smallgemm.MAX_ROWS
         if self.attention == "cuda":
             sdpa, expand = _cuda_sdpa_args(mask, start, tree is not None, self.dtype)
+        elif fused:
+            mask = mask.contiguous() if mask is not None else None
         elif mask is not None and n <= smallgemm.MAX_ROWS:
             # a verification on the CPU: the mask as an additive bias, built once for every layer, (group * n, end)
             bias = torch.zeros(n, end, dtype=self.dtype).masked_fill_(~mask, float("-inf")).repeat(group, 1)
@@ -407,25 +432,13 @@ class FastLlama:
         for li, (ln1, qkv_lin, o_lin, ln2, gate_up_lin, down_lin) in enumerate(self.layers):
             if li in self.capture:  # the hidden state entering layer li, (n, hidden)
                 captured.append(h)
-            x = self._norm(h, ln1)
-            qkv = qkv_lin(x)  # (n, nq + 2 nkv)
-            q = qkv[:, :nq].view(n, self.n_heads, hd).transpose(0, 1)  # (heads, n, hd)
-            k = qkv[:, nq:nq + nkv].view(n, self.n_kv, hd).transpose(0, 1)
-            v = qkv[:, nq + nkv:].view(n, self.n_kv, hd).transpose(0, 1)
-            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
-            cache.k[li, :, start:end] = k
-            cache.v[li, :, start:end] = v
-            k, v = cache.k[li, :, :end], cache.v[li, :, :end]  # (kv_heads, end, hd)
-            if bias is not None:
-                att = self._attend_few(q, k, v, bias)
+            qkv = qkv_lin(self._norm(h, ln1))  # (n, nq + 2 nkv)
+            if fused:  # the cache written at start..end - 1, (n, nq)
+                att = self.rows_attention(qkv, cache.k[li], cache.v[li], start, cos, sin, mask, self.n_heads, self.n_kv)
             else:
-                if expand:  # (heads, end, hd): query head h reads K/V head h // group, as HF's repeat_kv
-                    k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
-                att = F.scaled_dot_product_attention(q[None], k[None], v[None], **sdpa)[0]  # (heads, n, hd)
-            h = h + o_lin(att.transpose(0, 1).reshape(n, nq))
-            x = self._norm(h, ln2)
-            gu = gate_up_lin(x)  # (n, 2 * intermediate)
-            gate, up = gu.chunk(2, dim=-1)
+                att = self._torch_attention(qkv, cache, li, start, cos, sin, bias, sdpa, expand)
+            h = h + o_lin(att)
+            gate, up = gate_up_lin(self._norm(h, ln2)).chunk(2, dim=-1)  # (n, intermediate) each
             h = h + down_lin(self.act(gate) * up)
         cache.length = end
         if self.capture:

@@ -38,7 +38,8 @@ MIN_ROWS, MAX_ROWS = 2, 16
 # decode.runners times both at a runner's build: it pays on one CPU and cost on another, decode/csrc/smallgemm.cpp)
 PREFETCH_BYTES = 4096
 WEIGHTS = ("float32", "float16", "int8")  # how a packed weight is stored; all but float32 round it (drafts only)
-SOURCE = Path(__file__).parent / "csrc" / "smallgemm.cpp"
+# the extension's sources: the GEMM (and the module's definitions) and the few-row attention FastLlama uses beside it
+SOURCES = (Path(__file__).parent / "csrc" / "smallgemm.cpp", Path(__file__).parent / "csrc" / "attention.cpp")
 
 
 # ISA -> (the /proc/cpuinfo flags it needs, its compiler flags), best first; the source picks its code path from
@@ -127,23 +128,27 @@ def kernel(isa: str | None = None):
     return _build(isa)
 
 
-def staged_source(isa: str) -> Path:
-    """SOURCE under a name that depends on its text alone, in the user cache ($SPECDISTILL_CACHE, else
-    $XDG_CACHE_HOME/specdistill, as decode.targets): what the build compiles. torch's loader writes the source's
-    path into the build folder's build.ninja, so two checkouts of the same code (a clone beside a working copy, the
-    README walk's copy of the repository) each compiling its own path rebuilt the kernel (30 s to minutes) whenever
-    the other had loaded it last. Written once, never rewritten (its mtime stays older than the build); one per ISA,
-    so parallel builds of different ISAs never write the same file."""
+def staged_sources(isa: str) -> list[Path]:
+    """SOURCES under names that depend on their text alone, in the user cache ($SPECDISTILL_CACHE, else
+    $XDG_CACHE_HOME/specdistill, as decode.targets): what the build compiles. torch's loader writes the sources'
+    paths into the build folder's build.ninja, so two checkouts of the same code (a clone beside a working copy, the
+    README walk's copy of the repository) each compiling its own paths rebuilt the kernel (30 s to minutes) whenever
+    the other had loaded it last. Written once, never rewritten (their mtime stays older than the build); one set
+    per ISA, so parallel builds of different ISAs never write the same file."""
     import hashlib
 
-    text = SOURCE.read_bytes()
+    texts = [source.read_bytes() for source in SOURCES]
+    digest = hashlib.sha256(b"\0".join(texts)).hexdigest()[:16]
     cache = os.environ.get("SPECDISTILL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdistill"
-    staged = Path(cache) / "kernels" / f"smallgemm-{isa}-{hashlib.sha256(text).hexdigest()[:16]}.cpp"
-    if not staged.is_file():
-        staged.parent.mkdir(parents=True, exist_ok=True)
-        tmp = staged.with_name(f".{staged.name}.{os.getpid()}")
-        tmp.write_bytes(text)
-        os.replace(tmp, staged)
+    staged = []
+    for source, text in zip(SOURCES, texts):
+        path = Path(cache) / "kernels" / f"{source.stem}-{isa}-{digest}.cpp"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_bytes(text)
+            os.replace(tmp, path)
+        staged.append(path)
     return staged
 
 
@@ -156,7 +161,7 @@ def _build(isa: str):
         with build_lock(folder):
             module = load(
                 name(isa),
-                [str(staged_source(isa))],
+                [str(path) for path in staged_sources(isa)],
                 extra_cflags=["-O3", *ISAS[isa][1], "-fopenmp"],
                 extra_ldflags=["-fopenmp"],
                 build_directory=str(folder),

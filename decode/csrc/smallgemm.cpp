@@ -253,10 +253,16 @@ torch::Tensor mm(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_
   return y;
 }
 
+// decode/csrc/attention.cpp, compiled into the same module
+torch::Tensor rows_attention(const torch::Tensor& qkv, torch::Tensor& kc, torch::Tensor& vc, int64_t start,
+                             const torch::Tensor& cos, const torch::Tensor& sin,
+                             const c10::optional<torch::Tensor>& mask, int64_t heads, int64_t kv_heads);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("isa", [] { return std::string(kIsa); }, "which of the ISA paths above this build compiled");
   m.def("pack", &pack, "pack a (K, N) weight into column blocks (float16 when half; int8 stays int8)");
   m.def("mm", &mm, "x @ w (+ bias) for a few rows against a packed weight (int8: times per-column scales)",
         py::arg("x"), py::arg("packed"), py::arg("n_out"), py::arg("bias"), py::arg("scale") = py::none(),
         py::arg("pf") = 0);
+  m.def("rows_attention", &rows_attention, "one layer's RoPE, cache write and attention for a few query rows");
 }

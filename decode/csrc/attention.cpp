@@ -1,0 +1,180 @@
+// One layer's attention for the few query rows of a CPU decoding step (1 token, a verification, a token tree):
+// RoPE on the new queries and keys, the keys and values written into the layer's static cache, and attention over
+// the cache, in one call.
+//
+// Why: at batch 1 on a CPU these are a dozen tiny torch ops per layer (chunk, cat, two multiplies and an add per
+// RoPE, the cache writes, the attention's matmuls or SDPA), each ~5-50 us of dispatch and thread start-up for
+// under a microsecond of arithmetic: 3-4 ms of a ~30 ms one-token step of the default target (docs/results.md,
+// issue 40). Here they cost one call.
+// Each (query head, row) is computed alone, in the same order whatever the number of rows: a row's result does
+// not depend on how many rows were verified with it, so a verification agrees with one-token steps bitwise.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+// q . k_j for 8 keys k_0..k_7 (hd apart; hd a multiple of 8), key j's in lane j. Each key is summed the same way
+// wherever it sits (lanes of d, then pairwise), so a key's score does not depend on its neighbours.
+static inline __m256 dots8(const float* __restrict q, const float* __restrict k, int64_t hd) {
+  __m256 a[8];
+  for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < hd; d += 8) {
+    const __m256 qd = _mm256_loadu_ps(q + d);
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k + j * hd + d), a[j]);
+  }
+  // hadd twice: [k0..k3 low halves | k0..k3 high halves] and the same for k4..k7; then the halves added
+  const __m256 c0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 c1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(c0, c1, 0x20), _mm256_permute2f128_ps(c0, c1, 0x31));
+}
+
+// exp(x) for x <= 0 (a score less its row's maximum): Cephes' degree-5 polynomial on x - n ln 2, times 2^n;
+// 0 below -87 (and for -inf, a masked key)
+static inline __m256 exp8(__m256 x) {
+  const __m256 dead = _mm256_cmp_ps(x, _mm256_set1_ps(-87.f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
+  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln 2 in two parts: the first exact in float
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  for (const float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(c));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(dead, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+#endif
+
+static inline float dot(const float* __restrict a, const float* __restrict b, int64_t d) {
+  float s = 0.f;
+  for (int64_t i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
+}
+// out (d,) = x rotated: HF's rotate_half convention, x * cos + cat(-x2, x1) * sin
+static inline void rope(const float* __restrict x, const float* __restrict c, const float* __restrict s,
+                        float* __restrict out, int64_t d) {
+  const int64_t h = d / 2;
+  for (int64_t j = 0; j < h; ++j) out[j] = x[j] * c[j] - x[j + h] * s[j];
+  for (int64_t j = h; j < d; ++j) out[j] = x[j] * c[j] + x[j - h] * s[j];
+}
+
+// o (hd,) = softmax(q . k_j * scale over the keys j < end that mi allows (all if mi is null)) . v.
+// p: room for end rounded up to 8 floats; pad: 8 hd floats. Every key's score, and every sum, is formed the same
+// way whatever `end` is: the keys past the last full 8 go through a zero-padded copy, masked scores add exact zeros.
+static void attend_one(const float* __restrict q, const float* __restrict keys, const float* __restrict vals,
+                       const bool* mi, int64_t end, int64_t hd, float scale, float* __restrict p,
+                       float* __restrict pad, float* __restrict o) {
+  const float neg = -std::numeric_limits<float>::infinity();
+  float top = neg, sum = 0.f;
+#if defined(__AVX2__) && defined(__FMA__)
+  if (hd % 8 == 0) {
+    const int64_t padded = (end + 7) / 8 * 8;
+    for (int64_t j0 = 0; j0 < end; j0 += 8) {  // scores
+      const float* kb = keys + j0 * hd;
+      if (j0 + 8 > end) {
+        std::fill(pad, pad + 8 * hd, 0.f);
+        std::copy(kb, kb + (end - j0) * hd, pad);
+        kb = pad;
+      }
+      _mm256_storeu_ps(p + j0, _mm256_mul_ps(dots8(q, kb, hd), _mm256_set1_ps(scale)));
+    }
+    for (int64_t j = 0; j < padded; ++j) {
+      if (j >= end || (mi && !mi[j])) p[j] = neg;
+      top = std::max(top, p[j]);
+    }
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j0 = 0; j0 < padded; j0 += 8) {  // exp(score - max) and their sum, by lanes
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j0), _mm256_set1_ps(top)));
+      _mm256_storeu_ps(p + j0, e);
+      acc = _mm256_add_ps(acc, e);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    for (int l = 0; l < 8; ++l) sum += lanes[l];
+    const __m256 inv = _mm256_set1_ps(1.f / sum);
+    for (int64_t d0 = 0; d0 < hd; d0 += 64) {  // o = sum_j p_j v_j / sum, 64 columns at a time in registers
+      const int cols = static_cast<int>(std::min<int64_t>(64, hd - d0) / 8);
+      __m256 out[8];
+      for (int c = 0; c < 8; ++c) out[c] = _mm256_setzero_ps();
+      for (int64_t j = 0; j < end; ++j) {
+        if (p[j] == 0.f) continue;  // masked out (or underflowed): adds nothing
+        const __m256 w = _mm256_set1_ps(p[j]);
+        const float* vj = vals + j * hd + d0;
+        for (int c = 0; c < cols; ++c) out[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * c), out[c]);
+      }
+      for (int c = 0; c < cols; ++c) _mm256_storeu_ps(o + d0 + 8 * c, _mm256_mul_ps(out[c], inv));
+    }
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < end; ++j) {  // the same, one float at a time
+    p[j] = (!mi || mi[j]) ? dot(q, keys + j * hd, hd) * scale : neg;
+    top = std::max(top, p[j]);
+  }
+  for (int64_t j = 0; j < end; ++j) {
+    p[j] = std::exp(p[j] - top);
+    sum += p[j];
+  }
+  std::fill(o, o + hd, 0.f);
+  for (int64_t j = 0; j < end; ++j) {
+    if (p[j] == 0.f) continue;
+    const float* vj = vals + j * hd;
+    for (int64_t d = 0; d < hd; ++d) o[d] += p[j] * vj[d];
+  }
+  for (int64_t d = 0; d < hd; ++d) o[d] /= sum;
+}
+
+// qkv: (n, (heads + 2 kv_heads) hd) this layer's projections of n new tokens; kc, vc: (kv_heads, max_len, hd)
+// its cache, written at start..start + n - 1; cos, sin: (n, hd) for the new tokens' positions; mask: None (every
+// new token sees the whole cache and itself: one token) or (n, start + n) bool, True where row i may attend.
+// -> (n, heads hd), the heads side by side as o_proj takes them.
+torch::Tensor rows_attention(const torch::Tensor& qkv, torch::Tensor& kc, torch::Tensor& vc, int64_t start,
+                             const torch::Tensor& cos, const torch::Tensor& sin,
+                             const c10::optional<torch::Tensor>& mask, int64_t heads, int64_t kv_heads) {
+  TORCH_CHECK(qkv.dim() == 2 && qkv.is_contiguous() && qkv.scalar_type() == torch::kFloat32 && qkv.device().is_cpu(),
+              "rows_attention wants a contiguous 2-D float32 CPU qkv");
+  const int64_t n = qkv.size(0), hd = kc.size(2), end = start + n, width = (heads + 2 * kv_heads) * hd;
+  TORCH_CHECK(heads % kv_heads == 0 && hd % 2 == 0 && qkv.size(1) == width, "rows_attention: qkv's width is not (heads + 2 kv_heads) hd");
+  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.sizes() == vc.sizes() && kc.size(0) == kv_heads &&
+              kc.scalar_type() == torch::kFloat32 && vc.scalar_type() == torch::kFloat32 && end <= kc.size(1),
+              "rows_attention: the cache must be two contiguous float32 (kv_heads, max_len, hd) with room for the rows");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.size(0) == n && cos.size(1) == hd &&
+              sin.sizes() == cos.sizes(), "rows_attention: cos and sin must be contiguous (n, hd)");
+  TORCH_CHECK(mask.has_value() || n == 1, "rows_attention: more than one row needs a mask");
+  const bool* mp = nullptr;
+  if (mask.has_value()) {
+    TORCH_CHECK(mask->is_contiguous() && mask->scalar_type() == torch::kBool && mask->size(0) == n &&
+                mask->size(1) == end, "rows_attention: mask must be a contiguous (n, start + n) bool");
+    mp = mask->data_ptr<bool>();
+  }
+  const float *x = qkv.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  float *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  const int64_t max_len = kc.size(1), group = heads / kv_heads;
+  for (int64_t i = 0; i < n; ++i)  // the new keys (rotated) and values into the cache
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      const float* row = x + i * width + (heads + g) * hd;
+      rope(row, cp + i * hd, sp + i * hd, kp + (g * max_len + start + i) * hd, hd);
+      std::copy(row + kv_heads * hd, row + kv_heads * hd + hd, vp + (g * max_len + start + i) * hd);
+    }
+  auto out = torch::empty({n, heads * hd}, qkv.options());
+  float* op = out.data_ptr<float>();
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  // one task per (head, row); a few tasks a thread once the cache is long enough to pay for the threads
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, end * hd));
+  at::parallel_for(0, heads * n, grain, [&](int64_t t0, int64_t t1) {
+    std::vector<float> q(hd), p((end + 7) / 8 * 8), pad(8 * hd);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t h = t / n, i = t % n, g = h / group;
+      rope(x + i * width + h * hd, cp + i * hd, sp + i * hd, q.data(), hd);
+      attend_one(q.data(), kp + g * max_len * hd, vp + g * max_len * hd, mp ? mp + i * end : nullptr, end, hd,
+                 scale, p.data(), pad.data(), op + i * heads * hd + h * hd);
+    }
+  });
+  return out;
+}

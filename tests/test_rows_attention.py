@@ -1,0 +1,60 @@
+"""decode/csrc/attention.cpp: one layer's RoPE, cache write and attention for a few rows, in the kernel's module,
+equals FastLlama's torch ops (one token, a chain, a token tree; GQA; head sizes on and off the 8-float lanes) on
+every ISA build this CPU runs, and a row's result does not depend on how many rows share the call."""
+
+import pytest
+import torch
+
+from decode import smallgemm
+from decode.runners import FastLlama
+from tests.test_smallgemm import isa_kernel
+
+
+def _forwards(runner, ids, fused: bool):
+    """A prompt, one token, a 4-token chain and a 3-node tree (two siblings, then a child of the first)."""
+    kept = runner.rows_attention
+    runner.rows_attention = kept if fused else None
+    try:
+        cache = runner.new_cache(40)
+        outs = [runner.forward(ids[:20], cache, 1), runner.forward(ids[20:21], cache, 1),
+                runner.forward(ids[21:25], cache, 4)]
+        start = cache.length
+        mask = torch.zeros(3, start + 3, dtype=torch.bool)
+        mask[:, :start] = True
+        mask[[0, 1, 2, 2], [start, start + 1, start, start + 2]] = True
+        outs.append(runner.forward(ids[25:28], cache, 3, tree=(torch.tensor([start, start, start + 1]), mask)))
+        return outs, cache
+    finally:
+        runner.rows_attention = kept
+
+
+@pytest.mark.parametrize("isa", list(smallgemm.ISAS))
+@pytest.mark.parametrize("hidden", [32, 48])  # head_dim 8 (the lanes' path), 12 (the one-float path)
+def test_matches_torch_ops_and_rows_are_independent(tiny_llama, monkeypatch, isa, hidden):
+    isa_kernel(isa)
+    monkeypatch.setenv(smallgemm.ISA_ENV, isa)
+    model = tiny_llama(3, hidden=hidden, num_attention_heads=4, num_key_value_heads=2)
+    runner = FastLlama(model)
+    assert runner.rows_attention is not None
+    runner.set_paths("smallgemm", "torch", "smallgemm")  # every few-row product on the kernel: row-independent
+    ids = torch.randint(0, model.config.vocab_size, (28,), generator=torch.Generator().manual_seed(2)).tolist()
+    (fused, fused_cache), (ref, ref_cache) = _forwards(runner, ids, True), _forwards(runner, ids, False)
+    for got, want in zip(fused, ref):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    n = fused_cache.length
+    torch.testing.assert_close(fused_cache.k[:, :, :n], ref_cache.k[:, :, :n], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused_cache.v[:, :, :n], ref_cache.v[:, :, :n], rtol=1e-5, atol=1e-5)
+    # the 4-token chain's rows, bitwise, as four one-token forwards
+    cache = runner.new_cache(40)
+    runner.forward(ids[:20], cache, 1)  # the same prefix, the same way (a prompt's rows take torch's ops)
+    runner.forward(ids[20:21], cache, 1)
+    singles = torch.cat([runner.forward([t], cache, 1) for t in ids[21:25]])
+    assert torch.equal(singles, fused[2])
+
+
+def test_refuses_several_rows_without_a_mask():
+    module = isa_kernel(smallgemm.chosen_isa())
+    kc = torch.zeros(2, 16, 8)
+    qkv, cos = torch.zeros(3, (4 + 2 * 2) * 8), torch.ones(3, 8)
+    with pytest.raises(RuntimeError, match="more than one row needs a mask"):
+        module.rows_attention(qkv, kc, kc.clone(), 0, cos, cos, None, 4, 2)
