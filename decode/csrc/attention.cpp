@@ -64,57 +64,14 @@ static inline void rope(const float* __restrict x, const float* __restrict c, co
   for (int64_t j = h; j < d; ++j) out[j] = x[j] * c[j] + x[j - h] * s[j];
 }
 
-// o (hd,) = softmax(q . k_j * scale over the keys j < end that mi allows (all if mi is null)) . v.
-// p: room for end rounded up to 8 floats; pad: 8 hd floats. Every key's score, and every sum, is formed the same
-// way whatever `end` is: the keys past the last full 8 go through a zero-padded copy, masked scores add exact zeros.
-static void attend_one(const float* __restrict q, const float* __restrict keys, const float* __restrict vals,
-                       const bool* mi, int64_t end, int64_t hd, float scale, float* __restrict p,
-                       float* __restrict pad, float* __restrict o) {
-  const float neg = -std::numeric_limits<float>::infinity();
-  float top = neg, sum = 0.f;
-#if defined(__AVX2__) && defined(__FMA__)
-  if (hd % 8 == 0) {
-    const int64_t padded = (end + 7) / 8 * 8;
-    for (int64_t j0 = 0; j0 < end; j0 += 8) {  // scores
-      const float* kb = keys + j0 * hd;
-      if (j0 + 8 > end) {
-        std::fill(pad, pad + 8 * hd, 0.f);
-        std::copy(kb, kb + (end - j0) * hd, pad);
-        kb = pad;
-      }
-      _mm256_storeu_ps(p + j0, _mm256_mul_ps(dots8(q, kb, hd), _mm256_set1_ps(scale)));
-    }
-    for (int64_t j = 0; j < padded; ++j) {
-      if (j >= end || (mi && !mi[j])) p[j] = neg;
-      top = std::max(top, p[j]);
-    }
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t j0 = 0; j0 < padded; j0 += 8) {  // exp(score - max) and their sum, by lanes
-      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j0), _mm256_set1_ps(top)));
-      _mm256_storeu_ps(p + j0, e);
-      acc = _mm256_add_ps(acc, e);
-    }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, acc);
-    for (int l = 0; l < 8; ++l) sum += lanes[l];
-    const __m256 inv = _mm256_set1_ps(1.f / sum);
-    for (int64_t d0 = 0; d0 < hd; d0 += 64) {  // o = sum_j p_j v_j / sum, 64 columns at a time in registers
-      const int cols = static_cast<int>(std::min<int64_t>(64, hd - d0) / 8);
-      __m256 out[8];
-      for (int c = 0; c < 8; ++c) out[c] = _mm256_setzero_ps();
-      for (int64_t j = 0; j < end; ++j) {
-        if (p[j] == 0.f) continue;  // masked out (or underflowed): adds nothing
-        const __m256 w = _mm256_set1_ps(p[j]);
-        const float* vj = vals + j * hd + d0;
-        for (int c = 0; c < cols; ++c) out[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * c), out[c]);
-      }
-      for (int c = 0; c < cols; ++c) _mm256_storeu_ps(o + d0 + 8 * c, _mm256_mul_ps(out[c], inv));
-    }
-    return;
-  }
-#endif
-  for (int64_t j = 0; j < end; ++j) {  // the same, one float at a time
-    p[j] = (!mi || mi[j]) ? dot(q, keys + j * hd, hd) * scale : neg;
+// o (hd,) = softmax(q . k_j * scale over the keys j < end that mi allows (all if mi is null)) . v, one float at a
+// time (the portable build, or a head size off the 8-float lanes). p: room for end floats.
+static void attend_scalar(const float* __restrict q, const float* __restrict keys, const float* __restrict vals,
+                          const bool* mi, int64_t end, int64_t hd, float scale, float* __restrict p,
+                          float* __restrict o) {
+  float top = -std::numeric_limits<float>::infinity(), sum = 0.f;
+  for (int64_t j = 0; j < end; ++j) {
+    p[j] = (!mi || mi[j]) ? dot(q, keys + j * hd, hd) * scale : -std::numeric_limits<float>::infinity();
     top = std::max(top, p[j]);
   }
   for (int64_t j = 0; j < end; ++j) {
@@ -123,12 +80,86 @@ static void attend_one(const float* __restrict q, const float* __restrict keys, 
   }
   std::fill(o, o + hd, 0.f);
   for (int64_t j = 0; j < end; ++j) {
-    if (p[j] == 0.f) continue;
+    if (p[j] == 0.f) continue;  // masked out (or underflowed): adds nothing
     const float* vj = vals + j * hd;
     for (int64_t d = 0; d < hd; ++d) o[d] += p[j] * vj[d];
   }
   for (int64_t d = 0; d < hd; ++d) o[d] /= sum;
 }
+
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr int64_t KEYS = 32;  // keys a block: their K or V rows (8 KB at hd 64) stay in L1 across the queries
+
+// o[0 .. 8C) += sum over j0 <= j < j1 of p_j v_j[0 .. 8C), in registers, each column summed over j in order
+template <int C>
+static inline void pv(const float* __restrict p, const float* __restrict vals, int64_t j0, int64_t j1, int64_t hd,
+                      float* __restrict o) {
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_loadu_ps(o + 8 * c);
+  for (int64_t j = j0; j < j1; ++j) {
+    if (p[j] == 0.f) continue;  // masked out (or underflowed): adds nothing
+    const __m256 w = _mm256_set1_ps(p[j]);
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vals + j * hd + 8 * c), acc[c]);
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
+}
+
+// The same for Q queries sharing one K/V head (hd a multiple of 8), key blocks outermost so each block is read from
+// memory once for all Q. q: (Q, hd); masks[r]: query r's mask row or null; p: (Q, padded) scratch; pad: 8 hd;
+// o[r]: query r's output (hd,). A query's scores, sums and output are formed the same way whatever Q and `end`
+// are: the keys past the last full 8 go through a zero-padded copy, masked scores add exact zeros, and each
+// output column is summed over j in order.
+static void attend_group(const float* __restrict q, int64_t Q, const float* __restrict keys,
+                         const float* __restrict vals, const bool* const* masks, int64_t end, int64_t hd,
+                         float scale, float* __restrict p, float* __restrict pad, float* const* o) {
+  const float neg = -std::numeric_limits<float>::infinity();
+  const int64_t padded = (end + 7) / 8 * 8;
+  for (int64_t j0 = 0; j0 < end; j0 += 8) {  // scores, (Q, padded)
+    const float* kb = keys + j0 * hd;
+    if (j0 + 8 > end) {
+      std::fill(pad, pad + 8 * hd, 0.f);
+      std::copy(kb, kb + (end - j0) * hd, pad);
+      kb = pad;
+    }
+    for (int64_t r = 0; r < Q; ++r)
+      _mm256_storeu_ps(p + r * padded + j0, _mm256_mul_ps(dots8(q + r * hd, kb, hd), _mm256_set1_ps(scale)));
+  }
+  std::vector<float> inv(Q);
+  for (int64_t r = 0; r < Q; ++r) {  // exp(score - max) and its sum, by lanes
+    float* pr = p + r * padded;
+    float top = neg, sum = 0.f;
+    for (int64_t j = end; j < padded; ++j) pr[j] = neg;
+    if (masks[r])
+      for (int64_t j = 0; j < end; ++j)
+        if (!masks[r][j]) pr[j] = neg;
+    __m256 mx = _mm256_set1_ps(neg);
+    for (int64_t j0 = 0; j0 < padded; j0 += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(pr + j0));
+    alignas(32) float tops[8];
+    _mm256_store_ps(tops, mx);
+    for (int l = 0; l < 8; ++l) top = std::max(top, tops[l]);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j0 = 0; j0 < padded; j0 += 8) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(pr + j0), _mm256_set1_ps(top)));
+      _mm256_storeu_ps(pr + j0, e);
+      acc = _mm256_add_ps(acc, e);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    for (int l = 0; l < 8; ++l) sum += lanes[l];
+    inv[r] = 1.f / sum;
+    std::fill(o[r], o[r] + hd, 0.f);
+  }
+  for (int64_t j0 = 0; j0 < end; j0 += KEYS)  // o_r = sum_j p_rj v_j, a block of V rows for every query
+    for (int64_t r = 0; r < Q; ++r) {
+      const int64_t j1 = std::min(end, j0 + KEYS);
+      int64_t d0 = 0;
+      for (; d0 + 64 <= hd; d0 += 64) pv<8>(p + r * padded, vals + d0, j0, j1, hd, o[r] + d0);
+      for (; d0 < hd; d0 += 8) pv<1>(p + r * padded, vals + d0, j0, j1, hd, o[r] + d0);
+    }
+  for (int64_t r = 0; r < Q; ++r)
+    for (int64_t d = 0; d < hd; ++d) o[r][d] *= inv[r];
+}
+#endif
 
 // qkv: (n, (heads + 2 kv_heads) hd) this layer's projections of n new tokens; kc, vc: (kv_heads, max_len, hd)
 // its cache, written at start..start + n - 1; cos, sin: (n, hd) for the new tokens' positions; mask: None (every
@@ -165,15 +196,34 @@ torch::Tensor rows_attention(const torch::Tensor& qkv, torch::Tensor& kc, torch:
   auto out = torch::empty({n, heads * hd}, qkv.options());
   float* op = out.data_ptr<float>();
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  // one task per (head, row); a few tasks a thread once the cache is long enough to pay for the threads
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, end * hd));
-  at::parallel_for(0, heads * n, grain, [&](int64_t t0, int64_t t1) {
-    std::vector<float> q(hd), p((end + 7) / 8 * 8), pad(8 * hd);
+  // one task per K/V head and up to ROWS_A_TASK rows: its group * rows queries read each key block once. Threads
+  // only above ~2^18 multiply-adds: below, starting them costs more than they save (one token at a context of a
+  // few hundred: 7 us on one thread, 20 us on two, on this project's 2-core box)
+  constexpr int64_t ROWS_A_TASK = 4;
+  const int64_t pieces = (n + ROWS_A_TASK - 1) / ROWS_A_TASK, tasks = kv_heads * pieces;
+  const int64_t grain = heads * n * end * hd < (int64_t{1} << 18) ? tasks : 1;
+  at::parallel_for(0, tasks, grain, [&](int64_t t0, int64_t t1) {
+    std::vector<float> q(group * ROWS_A_TASK * hd), p(group * ROWS_A_TASK * ((end + 7) / 8 * 8)), pad(8 * hd);
+    std::vector<const bool*> masks(group * ROWS_A_TASK);
+    std::vector<float*> outs(group * ROWS_A_TASK);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t h = t / n, i = t % n, g = h / group;
-      rope(x + i * width + h * hd, cp + i * hd, sp + i * hd, q.data(), hd);
-      attend_one(q.data(), kp + g * max_len * hd, vp + g * max_len * hd, mp ? mp + i * end : nullptr, end, hd,
-                 scale, p.data(), pad.data(), op + i * heads * hd + h * hd);
+      const int64_t g = t / pieces, i0 = t % pieces * ROWS_A_TASK, rows = std::min(ROWS_A_TASK, n - i0);
+      int64_t Q = 0;
+      for (int64_t h = g * group; h < (g + 1) * group; ++h)
+        for (int64_t i = i0; i < i0 + rows; ++i, ++Q) {
+          rope(x + i * width + h * hd, cp + i * hd, sp + i * hd, q.data() + Q * hd, hd);
+          masks[Q] = mp ? mp + i * end : nullptr;
+          outs[Q] = op + i * heads * hd + h * hd;
+        }
+      const float *keys = kp + g * max_len * hd, *vals = vp + g * max_len * hd;
+#if defined(__AVX2__) && defined(__FMA__)
+      if (hd % 8 == 0) {
+        attend_group(q.data(), Q, keys, vals, masks.data(), end, hd, scale, p.data(), pad.data(), outs.data());
+        continue;
+      }
+#endif
+      for (int64_t r = 0; r < Q; ++r)
+        attend_scalar(q.data() + r * hd, keys, vals, masks[r], end, hd, scale, p.data(), outs[r]);
     }
   });
   return out;
