@@ -7,6 +7,8 @@
                              the bytes; absmax rounding moves a weight by at most half a step (scale / 2)
     Packed.prefetch          bytes the kernel prefetches ahead of each weight stream (0 or PREFETCH_BYTES; the
                              result is the same either way, only the speed differs)
+    kernel().rows_attention  one layer's RoPE, cache write and attention for a few rows (decode/csrc/attention.cpp,
+                             compiled into the same module; decode.runners.FastLlama calls it)
 
 On a CPU, MKL's GEMM at M = 2..16 repacks the whole weight on every call, so a verification forward cost
 1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.costmodel), 1.5-3.2x on an AVX2 AMD EPYC;
