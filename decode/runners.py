@@ -175,7 +175,8 @@ def default_layout(device: torch.device) -> str:
 
 def default_attention(device: torch.device) -> str:
     """Which attention code a forward takes: "cpu" (up to MAX_ROWS tokens: the kernel module's rows_attention where
-    it builds, else batched matmuls for a verification; SDPA with a boolean mask otherwise), or "cuda" (SDPA in a form its flash / memory-efficient kernels accept; see _cuda_sdpa_args)."""
+    it builds, else batched matmuls for a verification; SDPA with a boolean mask otherwise), or "cuda" (SDPA in a
+    form its flash / memory-efficient kernels accept; see _cuda_sdpa_args)."""
     return "cpu" if device.type == "cpu" else "cuda"
 
 
