@@ -105,13 +105,15 @@ static inline void pv(const float* __restrict p, const float* __restrict vals, i
 }
 
 // The same for Q queries sharing one K/V head (hd a multiple of 8), key blocks outermost so each block is read from
-// memory once for all Q. q: (Q, hd); masks[r]: query r's mask row or null; p: (Q, padded) scratch; pad: 8 hd;
+// memory once for all Q. q: (Q, hd); masks[r]: query r's mask row or null; p: (Q, padded) and inv: (Q,) scratch;
+// pad: 8 hd;
 // o[r]: query r's output (hd,). A query's scores, sums and output are formed the same way whatever Q and `end`
 // are: the keys past the last full 8 go through a zero-padded copy, masked scores add exact zeros, and each
 // output column is summed over j in order.
 static void attend_group(const float* __restrict q, int64_t Q, const float* __restrict keys,
                          const float* __restrict vals, const bool* const* masks, int64_t end, int64_t hd,
-                         float scale, float* __restrict p, float* __restrict pad, float* const* o) {
+                         float scale, float* __restrict p, float* __restrict inv, float* __restrict pad,
+                         float* const* o) {
   const float neg = -std::numeric_limits<float>::infinity();
   const int64_t padded = (end + 7) / 8 * 8;
   for (int64_t j0 = 0; j0 < end; j0 += 8) {  // scores, (Q, padded)
@@ -124,7 +126,6 @@ static void attend_group(const float* __restrict q, int64_t Q, const float* __re
     for (int64_t r = 0; r < Q; ++r)
       _mm256_storeu_ps(p + r * padded + j0, _mm256_mul_ps(dots8(q + r * hd, kb, hd), _mm256_set1_ps(scale)));
   }
-  std::vector<float> inv(Q);
   for (int64_t r = 0; r < Q; ++r) {  // exp(score - max) and its sum, by lanes
     float* pr = p + r * padded;
     float top = neg, sum = 0.f;
@@ -203,7 +204,8 @@ torch::Tensor rows_attention(const torch::Tensor& qkv, torch::Tensor& kc, torch:
   const int64_t pieces = (n + ROWS_A_TASK - 1) / ROWS_A_TASK, tasks = kv_heads * pieces;
   const int64_t grain = heads * n * end * hd < (int64_t{1} << 18) ? tasks : 1;
   at::parallel_for(0, tasks, grain, [&](int64_t t0, int64_t t1) {
-    std::vector<float> q(group * ROWS_A_TASK * hd), p(group * ROWS_A_TASK * ((end + 7) / 8 * 8)), pad(8 * hd);
+    std::vector<float> q(group * ROWS_A_TASK * hd), p(group * ROWS_A_TASK * ((end + 7) / 8 * 8)), pad(8 * hd),
+        inv(group * ROWS_A_TASK);
     std::vector<const bool*> masks(group * ROWS_A_TASK);
     std::vector<float*> outs(group * ROWS_A_TASK);
     for (int64_t t = t0; t < t1; ++t) {
@@ -218,7 +220,8 @@ torch::Tensor rows_attention(const torch::Tensor& qkv, torch::Tensor& kc, torch:
       const float *keys = kp + g * max_len * hd, *vals = vp + g * max_len * hd;
 #if defined(__AVX2__) && defined(__FMA__)
       if (hd % 8 == 0) {
-        attend_group(q.data(), Q, keys, vals, masks.data(), end, hd, scale, p.data(), pad.data(), outs.data());
+        attend_group(q.data(), Q, keys, vals, masks.data(), end, hd, scale, p.data(), inv.data(), pad.data(),
+                     outs.data());
         continue;
       }
 #endif
