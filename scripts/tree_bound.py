@@ -111,8 +111,7 @@ def main() -> None:
     draft = load_draft(args.draft, target, tok)
     if isinstance(draft.model, FeatureHead):
         raise SystemExit(f"{args.draft} is a feature head: this bound reads a standalone draft's own forward")
-    vm = draft.vocab_map.tolist() if draft.vocab_map is not None else None
-    vocab = VocabMap(vm, target.config.vocab_size)
+    vocab = VocabMap(draft.vocab_map, target.config.vocab_size)  # the identity for a full-vocabulary draft
     rows = load_prompts("heldout", limit=args.limit, spread=True)
     ranks = []
     for prompt in encode_all(rows, tok, args.max_new_tokens, target.config.max_position_embeddings):

@@ -150,13 +150,14 @@ static void attend_group(const float* __restrict q, int64_t Q, const float* __re
     inv[r] = 1.f / sum;
     std::fill(o[r], o[r] + hd, 0.f);
   }
-  for (int64_t j0 = 0; j0 < end; j0 += KEYS)  // o_r = sum_j p_rj v_j, a block of V rows for every query
+  for (int64_t j0 = 0; j0 < end; j0 += KEYS) {  // o_r = sum_j p_rj v_j, a block of V rows for every query
+    const int64_t j1 = std::min(end, j0 + KEYS);
     for (int64_t r = 0; r < Q; ++r) {
-      const int64_t j1 = std::min(end, j0 + KEYS);
       int64_t d0 = 0;
       for (; d0 + 64 <= hd; d0 += 64) pv<8>(p + r * padded, vals + d0, j0, j1, hd, o[r] + d0);
       for (; d0 < hd; d0 += 8) pv<1>(p + r * padded, vals + d0, j0, j1, hd, o[r] + d0);
     }
+  }
   for (int64_t r = 0; r < Q; ++r)
     for (int64_t d = 0; d < hd; ++d) o[r][d] *= inv[r];
 }
