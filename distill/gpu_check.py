@@ -37,18 +37,11 @@ from transformers import LlamaConfig
 
 from decode import cli
 from decode.errors import UserError
+from decode.shapes import SHAPES, shape_config
 
 REPO = Path(__file__).resolve().parents[1]
 HELDOUT = REPO / "distill" / "data" / "heldout.jsonl"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
-SHAPES = {  # Llama-3.1-8B's shape and a tiny one of the same structure (GQA, llama3 RoPE, untied head)
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=128),
-    "tiny": dict(hidden_size=256, intermediate_size=896, num_hidden_layers=4, num_attention_heads=4,  # GQA 4:1,
-                 num_key_value_heads=1, head_dim=64),  # FFN 3.5x and head_dim 64 as in 8b
-}
 # seconds each step may take: the 8b row sums to 8 minutes (estimated from ../shared/gpu/README.md's H200 numbers:
 # ~21 tok/s for our decoder's target alone, ~20 s to build and ~20 s to save the shape, 590-900 tok/s training);
 # tiny is for 2 busy CPU cores (DeepSpeed's first CPU run also builds its shm_comm op, ~85 s)
@@ -95,9 +88,7 @@ def tokenizer_dir() -> Path:
 def write_target(folder: Path, shape: str, tok: Path) -> LlamaConfig:
     """A config-only target folder: config.json of `shape` (bf16) + the tokenizer files; the weights come from
     --load-format dummy."""
-    cfg = LlamaConfig(vocab_size=49152, max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=2, rope_parameters=dict(LLAMA3_ROPE),
-                      dtype="bfloat16", **SHAPES[shape])
+    cfg = shape_config(shape)
     folder.mkdir(parents=True, exist_ok=True)
     cfg.save_pretrained(folder)
     for f in TOKENIZER_FILES:
