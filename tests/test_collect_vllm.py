@@ -148,6 +148,23 @@ def test_resuming_with_the_other_engine_is_refused(tmp_path, prompts, target_dir
         _collect(tmp_path / "out", prompts, target_dir, limit=2)
 
 
+def test_vllm_serves_a_dummy_target_from_the_folder_its_random_weights_are_written_to(tmp_path, prompts, target_dir,
+                                                                                      fake_vllm, monkeypatch):
+    served = []
+
+    def build_llm(folder, **kw):  # the fake engine over whatever the folder holds, as vLLM would read it
+        served.append(Path(folder))
+        return SimpleNamespace(llm_engine=FakeEngine(AutoModelForCausalLM.from_pretrained(folder).eval()), kw=kw)
+
+    monkeypatch.setattr(vllm_engine, "build_llm", build_llm)
+    _collect(tmp_path / "hf", prompts, target_dir, load_format="dummy", limit=3)
+    _collect(tmp_path / "vllm", prompts, target_dir, engine="vllm", load_format="dummy", limit=3)
+    assert served == [tmp_path / "vllm" / "target"] and any(served[0].glob("*.safetensors"))
+    a, b = _rows(tmp_path / "hf"), _rows(tmp_path / "vllm")
+    assert a == b  # the same random weights (decode.targets' seed) in both engines
+    assert json.loads((served[0] / "specdistill_source.json").read_text())["dummy"] == str(target_dir)
+
+
 def test_engine_vllm_without_vllm_is_one_line(tmp_path, prompts, target_dir, monkeypatch, capsys):
     monkeypatch.setattr(vllm_engine, "available", lambda: False)
     with pytest.raises(SystemExit) as e:

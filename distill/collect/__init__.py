@@ -2,6 +2,8 @@
 
     job.py          CollectConfig, run(), main(): `python -m distill.collect`
     generation.py   batched generation and teacher-forced scoring that keep the target's top-k logprobs
+    llama_steps.py  a llama-family target's decode steps in static shapes (each a CUDA graph replay on a GPU)
+    outputs.py      a generating batch's tokens, top-k and ends, kept on the device until the batch ends
     shards.py       the collected dataset on disk (atomic shards, exactly-once resume, collect.json)
     self_prompts.py --prompts self:N: the target writes its own prompts (Magpie), deduplicated and category-balanced
     near_duplicates.py  MinHash + LSH near-duplicate lookup (self-written prompts against accepted and held-out ones)

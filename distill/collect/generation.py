@@ -2,8 +2,12 @@
 
 Top-k rows come from the *raw* logits (temperature 1, no top-k/top-p) of the very forward passes that
 generate, so training sees the target's true distribution and the target never runs twice.
-Batches are left-padded; rows that finish are dropped from the batch (and the KV cache) so a long straggler
-does not keep paying for the whole batch.
+Batches are left-padded. Each step's tokens, top-k and ends stay on the device (outputs.Outputs) and the host
+reads them once a batch; between steps it looks only at check points (check_policy): every step on the CPU, where
+finished rows then leave the batch (and the KV cache) so a long straggler does not keep paying for the whole
+batch; every CHECK_EVERY steps on a GPU, where a read stalls the queued work and a static batch keeps its graph.
+A llama-family target steps in static shapes (llama_steps.py: CUDA graph replays on a GPU); any other model
+through its own forward with a DynamicCache (HFSteps).
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ import torch
 from transformers import DynamicCache
 
 from decode.runners import cache_arg
-from decode.sampling import SamplingParams, logits_to_probs
+from decode.sampling import SamplingParams
+from distill.collect import llama_steps
+from distill.collect.outputs import Outputs, topk_rows
+
+CHECK_EVERY = 16  # GPU steps between host checks: ended rows, stop strings (a few wasted steps at most)
+WARM_UP_STEPS = 3  # decode steps of collection's untimed warm-up: the prefill, an eager step, a captured one
 
 
 @dataclass
@@ -24,68 +33,90 @@ class Generated:
     topk_logprobs: list[list[float]] | None
 
 
-def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, V) raw logits -> (B, k) ids (int32) and logprobs (float16)."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    vals, ids = torch.topk(logp, k, dim=-1)
-    return ids.to(torch.int32), vals.to(torch.float16)
+def check_policy(device: torch.device) -> tuple[int, bool]:
+    """(steps between host checks, whether finished rows leave the batch) on this device: on the CPU every step,
+    dropping them (a read costs nothing there, a dropped row's compute is saved); on a GPU every CHECK_EVERY."""
+    return (1, True) if device.type == "cpu" else (CHECK_EVERY, False)
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token id lists -> ids, attention mask and positions, each (B, L), left-padded (pads at position 0)."""
+    B, L = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, L - len(p):] = torch.tensor(p)
+        mask[b, L - len(p):] = 1
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    return ids.to(device), mask.to(device), pos.to(device)
+
+
+class HFSteps:
+    """Any causal LM's decode steps through its own forward: a DynamicCache and the 2D mask grown a column a step."""
+
+    def __init__(self, model, batch: int, max_new_tokens: int, k: int, eos: set[int]):
+        self.model, self.kv = model, cache_arg(model)
+        self.out = Outputs(batch, max_new_tokens, k, eos, model.device)
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.cache, self.mask, self.next_pos = DynamicCache(config=self.model.config), mask, pos[:, -1:] + 1
+        return self._logits(ids, pos, logits_to_keep=1)
+
+    def _logits(self, ids: torch.Tensor, pos: torch.Tensor, **kw) -> torch.Tensor:
+        # .to(): a target spread by a device map returns logits on its last GPU; sampling (and its generator) and the
+        # outputs live on the first
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, **{self.kv: self.cache},
+                         use_cache=True, **kw)
+        return out.logits[:, -1].to(self.model.device)  # (B, V)
+
+    def advance(self, sampling: SamplingParams, generator=None) -> None:
+        self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.mask), 1))], dim=1)
+        logits = self._logits(self.out.next[:, None], self.next_pos)
+        self.next_pos = self.next_pos + 1
+        self.out.record(logits, sampling, generator)
+
+    def select(self, keep: torch.Tensor) -> None:
+        self.cache.batch_select_indices(keep)
+        self.mask, self.next_pos = self.mask[keep], self.next_pos[keep]
+        self.out.select(keep)
 
 
 @torch.inference_mode()
 def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, sampling: SamplingParams, k: int,
                    eos_ids: set[int], pad_id: int, stop_strings: tuple[str, ...] = (), tokenizer=None,
-                   generator: torch.Generator | None = None) -> list[Generated]:
-    """Generate for a batch of prompts (token id lists); return one Generated per prompt, in order."""
-    dev = model.device
+                   generator: torch.Generator | None = None, limit: int | None = None) -> list[Generated]:
+    """Generate for a batch of prompts (token id lists); return one Generated per prompt, in order. limit: stop
+    after this many tokens (a warm-up), the batch still shaped for max_new_tokens."""
     B, L = len(prompts), max(len(p) for p in prompts)
-    ids = torch.full((B, L), pad_id, dtype=torch.long, device=dev)
-    mask = torch.zeros((B, L), dtype=torch.long, device=dev)
-    for b, p in enumerate(prompts):
-        ids[b, L - len(p):] = torch.tensor(p, device=dev)
-        mask[b, L - len(p):] = 1
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)
-    cache, kv = DynamicCache(config=model.config), cache_arg(model)
-    out = [[] for _ in range(B)]
-    tk_ids = [[] for _ in range(B)]
-    tk_lp = [[] for _ in range(B)]
-    active = list(range(B))  # original row of each batch row
-    # .to(dev): a target spread by a device map returns logits on its last GPU; sampling (and its generator) and
-    # the kept rows live on the first
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, **{kv: cache},
-                   use_cache=True, logits_to_keep=1).logits[:, -1].to(dev)  # (B, V)
-    next_pos = pos[:, -1:] + 1
-    for _ in range(max_new_tokens):
-        if k:
-            ti, tl = _topk(logits, k)
-        if sampling.greedy:
-            nxt = logits.argmax(-1)
-        else:
-            nxt = torch.multinomial(logits_to_probs(logits, sampling), 1, generator=generator)[:, 0]
-        nxt_l = nxt.tolist()
-        keep = []
-        for j, b in enumerate(active):
-            out[b].append(nxt_l[j])
-            if k:
-                tk_ids[b].append(ti[j].tolist())
-                tk_lp[b].append(tl[j].tolist())
-            done = nxt_l[j] in eos_ids or len(out[b]) >= max_new_tokens
-            if not done and stop_strings:
-                tail = tokenizer.decode(out[b][-16:])
-                done = any(s in tail for s in stop_strings)
-            if not done:
-                keep.append(j)
-        if not keep:
-            break
-        if len(keep) < len(active):  # drop finished rows from the batch and the cache
-            sel = torch.tensor(keep, device=dev)
-            cache.batch_select_indices(sel)
-            mask, next_pos, nxt = mask[sel], next_pos[sel], nxt[sel]
-            active = [active[j] for j in keep]
-        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], dim=1)
-        logits = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=next_pos,
-                       **{kv: cache}, use_cache=True).logits[:, -1].to(dev)
-        next_pos = next_pos + 1
-    return [Generated(out[b], tk_ids[b] if k else None, tk_lp[b] if k else None) for b in range(B)]
+    if llama_steps.supports(model):
+        steps = llama_steps.LlamaSteps.for_batch(model, B, L + max_new_tokens, max_new_tokens, k, eos_ids)
+    else:
+        steps = HFSteps(model, B, max_new_tokens, k, eos_ids)
+    out = steps.out
+    out.record(steps.prefill(*left_pad(prompts, pad_id, model.device)), sampling, generator)
+    every, compact = check_policy(model.device)
+    checked = 0  # tokens already searched for stop strings
+    for step in range(1, min(max_new_tokens, limit or max_new_tokens)):
+        if step % every == 0:
+            if stop_strings:
+                out.stop_strings(tokenizer, stop_strings, checked)
+                checked = step
+            going = (~out.done).nonzero()[:, 0]  # (B',) a host read: the rows still generating
+            if not len(going):
+                break
+            if compact and len(going) < len(out.rows):  # drop finished rows from the batch and the cache
+                steps.select(going)
+        steps.advance(sampling, generator)
+    if stop_strings:
+        out.stop_strings(tokenizer, stop_strings, checked)
+    return [Generated(*g) for g in out.to_generated()]
+
+
+def warm_up(model, prompts: list[list[int]], max_new_tokens: int, k: int, eos_ids: set[int], pad_id: int) -> None:
+    """An untimed batch before the timed ones: on a GPU the first batch's own shape for a few steps (its graph is
+    captured there; kernels load, cuBLAS and the allocator settle), on the CPU one prompt (nothing to capture)."""
+    rows = prompts if model.device.type == "cuda" else prompts[-1:]
+    generate_batch(model, rows, max_new_tokens, SamplingParams(0.0), k, eos_ids, pad_id, limit=WARM_UP_STEPS)
 
 
 def head_logits(model, h: torch.Tensor) -> torch.Tensor:
@@ -126,6 +157,6 @@ def score_batch(model, prompts: list[list[int]], responses: list[list[int]], k: 
     results = []
     for b, (p, r) in enumerate(zip(prompts, responses)):
         h = hidden[b, len(p) - 1: len(p) + len(r) - 1]  # (len(r), H)
-        ti, tl = _topk(head_logits(model, h), k)
+        ti, tl = topk_rows(head_logits(model, h), k)
         results.append(Generated(list(r), ti.tolist(), tl.tolist()))
     return results

@@ -41,9 +41,10 @@ from decode.targets import (
     load_tokenizer,
     parse_dtype,
     resolve,
+    save_dummy,
 )
 from distill.collect import self_prompts, shards, vllm_engine
-from distill.collect.generation import Generated, generate_batch, score_batch
+from distill.collect.generation import Generated, generate_batch, score_batch, warm_up
 from distill.prompts import load_prompts, split_response
 
 
@@ -111,8 +112,6 @@ class CollectConfig:
         if self.engine == "vllm" and (self.mode == "score" or self.generator):
             raise UserError("--engine vllm generates with the target only; use --engine hf for --mode score and --generator")
         check_load_format(self.load_format)
-        if self.engine == "vllm" and self.load_format == "dummy":  # vLLM's engine reads the folder's weights itself
-            raise UserError("--load-format dummy builds the target in transformers: use --engine hf (or auto)")
         if self.tensor_parallel_size < 1:
             raise UserError(f"--tensor-parallel-size must be >= 1 (GPUs per vLLM engine), got {self.tensor_parallel_size}")
         SamplingParams(self.temperature, self.top_k, self.top_p)
@@ -129,7 +128,7 @@ class CollectConfig:
 
     def resolved_engine(self) -> str:
         """hf or vllm: `auto` picks vLLM only where it pays and only for what it runs (target generation)."""
-        if self.engine == "auto" and (self.mode == "score" or self.generator or self.load_format == "dummy"):
+        if self.engine == "auto" and (self.mode == "score" or self.generator):
             return "hf"
         return vllm_engine.resolve_engine(self.engine)
 
@@ -222,6 +221,20 @@ def temperature_of(cfg: CollectConfig, row: dict) -> float:
     return cfg.temperature if row["sample"] == 0 else cfg.sample_temperature
 
 
+def vllm_target(cfg: CollectConfig, target) -> str:
+    """The folder vLLM serves: the target's (target.path), or with --load-format dummy its random weights written
+    once to OUT/target (decode.targets.save_dummy, built on the GPU when there is one) and reused by reruns."""
+    if cfg.load_format != "dummy":
+        return target.path
+    if _rank_world(cfg)[1] > 1:  # every rank would write the same folder
+        raise UserError("--load-format dummy with --engine vllm runs as one process (it writes the random target to "
+                        f"{Path(cfg.output) / 'target'}); drop the launcher, or use --engine hf")
+    folder = Path(cfg.output) / "target"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"collect: --load-format dummy: random weights of {cfg.target}'s shape -> {folder}", file=sys.stderr)
+    return str(save_dummy(cfg.target, folder, cfg.dtype, device))
+
+
 def _target_meta(spec: str):
     """What collection needs of a target that vLLM will serve, without loading its weights: a stand-in with
     .config, .generation_config (eos ids) and .path, and the tokenizer."""
@@ -258,7 +271,10 @@ def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int]
     if cfg.generator:
         d = load_draft(cfg.generator, target, tok, device=device)
         generator_model, gvocab = d.model, VocabMap(d.vocab_map, vocab)
-    for batch, offset in _batches(mine, cfg.batch_size):
+    batches = list(_batches(mine, cfg.batch_size))
+    if cfg.mode == "generate" and generator_model is None:  # the timed batches start warm
+        warm_up(target, [r["prompt_ids"] for r in batches[0][0]], cfg.max_new_tokens, cfg.topk, eos, pad)
+    for batch, offset in batches:
         sampling = SamplingParams(temperature_of(cfg, batch[0]), cfg.top_k, cfg.top_p)
         t0 = time.perf_counter()
         gen = torch.Generator(device=device).manual_seed(cfg.seed + offset)
@@ -290,7 +306,7 @@ def _collect_vllm(cfg: CollectConfig, target, mine: list[dict], eos: set[int], e
     vllm_engine.pin_gpus(cfg.tensor_parallel_size)
     max_len = vllm_engine.model_len([len(r["prompt_ids"]) for r in mine], cfg.max_new_tokens,
                                     target.config.max_position_embeddings)
-    llm = vllm_engine.build_llm(target.path, max_model_len=max_len, dtype=cfg.dtype, max_logprobs=cfg.topk,
+    llm = vllm_engine.build_llm(vllm_target(cfg, target), max_model_len=max_len, dtype=cfg.dtype, max_logprobs=cfg.topk,
                                 tensor_parallel_size=cfg.tensor_parallel_size, seed=cfg.seed)
     # a seed per prompt id: a sampled response does not depend on the batch it shared or on a resume
     params = [vllm_engine.sampling_params(max_new_tokens=cfg.max_new_tokens, temperature=temperature_of(cfg, r),

@@ -69,6 +69,8 @@ class EvalConfig:
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
     schedule: str = field(default=DecodeOptions.schedule, metadata={"help": "constant | heuristic | dynamic"})
     output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
+    hf_static: bool = field(default=BenchConfig.hf_static, metadata={"help": "with the hf anchors on a GPU, also "
+                            "transformers' generate with a static cache, compiled (its warm-up compiles: minutes)"})
     anchors: str = field(default="hf", metadata={"help": "hf: also HF assisted, prompt lookup, untrained layer cut | "
                                                       "vllm: those and vLLM's own numbers (target alone, each "
                                                       "draft, n-gram) | none (--no-anchors)"})
@@ -352,7 +354,8 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
                                max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
                                lookup_tokens=cfg.lookup_tokens, tree_nodes=k,
                                draft_weights=DecodeOptions.draft_weights if head else cfg.draft_weights,
-                               temperature=cfg.temperature, seed=cfg.seed, device=str(target.device), dtype=cfg.dtype)
+                               temperature=cfg.temperature, seed=cfg.seed, device=str(target.device), dtype=cfg.dtype,
+                               hf_static=cfg.hf_static)
             runs.append((draft, bcfg, cfg.hf_anchors() and main and n == cfg.lookups()[0] and not k))
             labels.append((spec, step, n, k))
     notes = _head_notes(cfg, heads)

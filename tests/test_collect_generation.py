@@ -1,0 +1,184 @@
+"""Collection's batched generation (distill/collect/generation.py, llama_steps.py, outputs.py) against the plainest
+reference: each prompt alone, the whole sequence re-run every step, no cache. Tokens and stored top-k must be the
+reference's on the static llama steps and on any model's own forward; sampling, EOS and stop strings as before; a
+step reads nothing from the device; the GPU's pooled, graph-replayed steps (stood in for on the CPU) too."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from decode.graphs import GraphLlama
+from decode.sampling import SamplingParams
+from distill.collect import generation, llama_steps
+from distill.collect.generation import generate_batch
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+K, NEW = 6, 14
+GREEDY = SamplingParams(0.0)
+
+
+class Tok:
+    """decode() of a stand-in tokenizer: each id as <id>."""
+
+    @staticmethod
+    def decode(ids):
+        return "".join(f"<{i}>" for i in ids)
+
+
+def prompts(vocab: int, lengths=(5, 9, 3, 12, 7, 1), seed: int = 1) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+@torch.no_grad()
+def reference(model, prompt: list[int], eos: set[int], stops=()) -> tuple[list[int], list, list]:
+    """One prompt, greedy, the whole sequence re-run at each step: (tokens, top-k ids, top-k logprobs)."""
+    seq, toks, ids, lps = list(prompt), [], [], []
+    for _ in range(NEW):
+        logp = torch.log_softmax(model(torch.tensor([seq])).logits[0, -1].float(), -1)
+        v, i = torch.topk(logp, K)
+        toks.append(int(logp.argmax()))
+        ids.append(i.tolist())
+        lps.append(v.half().tolist())
+        seq.append(toks[-1])
+        if toks[-1] in eos or any(s in Tok.decode(toks[-16:]) for s in stops):
+            break
+    return toks, ids, lps
+
+
+def tiny_gpt2(seed: int = 0, vocab: int = 97):
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=512,
+                                      initializer_range=0.5, bos_token_id=1, eos_token_id=2)).eval()
+
+
+@pytest.fixture(params=["llama", "qwen2", "gpt2"])
+def model(request, tiny_llama, tiny_qwen2):
+    return {"llama": tiny_llama, "qwen2": tiny_qwen2, "gpt2": tiny_gpt2}[request.param](0)
+
+
+def assert_like_reference(model, got, ps, eos, stops=()):
+    for g, p in zip(got, ps):
+        toks, ids, lps = reference(model, p, eos, stops)
+        assert g.response_ids == toks
+        assert g.topk_ids == ids
+        assert torch.allclose(torch.tensor(g.topk_logprobs), torch.tensor(lps), atol=2e-3)
+
+
+def test_greedy_tokens_and_topk_are_the_reference_s_and_eos_ends_a_row(model):
+    assert llama_steps.supports(model) == (model.config.model_type != "gpt2")  # both step kinds are covered
+    ps = prompts(model.config.vocab_size)
+    free = generate_batch(model, ps, NEW, GREEDY, K, set(), 0)
+    assert_like_reference(model, free, ps, set())
+    eos = {free[1].response_ids[3], 40}  # a token row 1 writes: it ends there (and the rows that write it earlier)
+    got = generate_batch(model, ps, NEW, GREEDY, K, eos, 0)
+    assert_like_reference(model, got, ps, eos)
+    assert len(got[1].response_ids) <= 4
+
+
+def test_stop_strings_end_a_row_where_they_appear(tiny_llama):
+    model = tiny_llama(0)
+    ps = prompts(model.config.vocab_size)
+    free = generate_batch(model, ps, NEW, GREEDY, K, set(), 0)
+    stop = Tok.decode(free[2].response_ids[4:6])  # two tokens row 2 writes
+    got = generate_batch(model, ps, NEW, GREEDY, K, set(), 0, (stop,), Tok())
+    assert_like_reference(model, got, ps, set(), (stop,))
+    assert len(got[2].response_ids) <= 6
+
+
+def test_sampled_rows_match_the_model_s_own_forward_draw_for_draw(tiny_llama, monkeypatch):
+    model, sampling = tiny_llama(0), SamplingParams(0.9, 20, 0.95)
+    ps = prompts(model.config.vocab_size)
+    static = generate_batch(model, ps, NEW, sampling, K, {5, 17}, 0, generator=torch.Generator().manual_seed(3))
+    monkeypatch.setattr(llama_steps, "supports", lambda m: False)  # the same batch through HFSteps
+    hf = generate_batch(model, ps, NEW, sampling, K, {5, 17}, 0, generator=torch.Generator().manual_seed(3))
+    assert [g.response_ids for g in static] == [g.response_ids for g in hf]
+    assert [g.topk_ids for g in static] == [g.topk_ids for g in hf]
+
+
+READS = ("item", "tolist", "__bool__", "__int__", "__float__", "nonzero")
+
+
+def test_a_decode_step_reads_nothing_from_the_device(tiny_llama, monkeypatch):
+    model, reads, inside = tiny_llama(0), [], [False]
+    advance = llama_steps.LlamaSteps.advance
+
+    def counted(self, *a, **kw):
+        inside[0] = True
+        try:
+            return advance(self, *a, **kw)
+        finally:
+            inside[0] = False
+
+    def counting(name):
+        real = getattr(torch.Tensor, name)
+
+        def read(self, *a, **kw):
+            if inside[0]:
+                reads.append((name, sys._getframe(1).f_code.co_name))
+            return real(self, *a, **kw)
+        return read
+
+    monkeypatch.setattr(llama_steps.LlamaSteps, "advance", counted)
+    for name in READS:
+        monkeypatch.setattr(torch.Tensor, name, counting(name))
+    generate_batch(model, prompts(model.config.vocab_size), NEW, GREEDY, K, {5}, 0)
+    monkeypatch.undo()
+    assert reads == []
+
+
+class CpuGraph:
+    """A stand-in for llama_steps.cuda_graph: the same warm-up and capture runs (at the scratch columns), then
+    replay() runs the step eagerly, as a replay would."""
+
+    def __init__(self, step, scratch, device):
+        for _ in range(3):
+            scratch()
+            step()
+        self.replay = step
+
+
+def test_pooled_graph_steps_give_the_eager_result_batch_after_batch(tiny_llama, monkeypatch):
+    model = tiny_llama(0, max_position_embeddings=512)
+    batches = [prompts(97, (5, 9, 3, 12), seed=s) for s in (1, 2, 3)]  # one batch size: one pooled set of buffers
+    eager = [generate_batch(model, ps, NEW, GREEDY, K, {5, 17}, 0) for ps in batches]
+    runner = GraphLlama(model, graphs=False)
+    monkeypatch.setattr(llama_steps, "graphs_enabled", lambda device: True)
+    monkeypatch.setattr(llama_steps, "runner_for", lambda m: runner)
+    monkeypatch.setattr(llama_steps, "cuda_graph", CpuGraph)
+    monkeypatch.setattr(generation, "check_policy", lambda device: (generation.CHECK_EVERY, False))  # a GPU's
+    pooled = [generate_batch(model, ps, NEW, GREEDY, K, {5, 17}, 0) for ps in batches]
+    pool = model.__dict__["_specdistill_batch_pool"]
+    assert len(pool) == 1 and next(iter(pool.values())).graph  # captured once, replayed in every batch
+    for a, b in zip(eager, pooled):
+        assert [g.response_ids for g in a] == [g.response_ids for g in b]
+        assert [g.topk_ids for g in a] == [g.topk_ids for g in b]
+
+
+def test_a_failed_capture_runs_the_steps_eagerly(tiny_llama, monkeypatch, capsys):
+    model = tiny_llama(0)
+    ps = prompts(97)
+    eager = generate_batch(model, ps, NEW, GREEDY, K, set(), 0)
+    monkeypatch.setattr(llama_steps, "graphs_enabled", lambda device: True)
+    monkeypatch.setattr(llama_steps, "runner_for", lambda m: GraphLlama(m, graphs=False))
+
+    def fails(step, scratch, device):
+        scratch()
+        step()  # a warm-up ran, then capture refused
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(llama_steps, "cuda_graph", fails)
+    got = generate_batch(model, ps, NEW, GREEDY, K, set(), 0)
+    assert [g.response_ids for g in got] == [g.response_ids for g in eager]
+    assert "could not be captured as a CUDA graph" in capsys.readouterr().err
+
+
+def test_check_policy():
+    assert generation.check_policy(torch.device("cpu")) == (1, True)
+    assert generation.check_policy(SimpleNamespace(type="cuda")) == (generation.CHECK_EVERY, False)
