@@ -1,6 +1,8 @@
-"""Prompt sets: the bundled ones (`train`, `heldout`), JSONL files, or any HF dataset with a column mapping.
+"""Prompt sets: the bundled ones (`train`, `heldout`; `long`, `long-heldout`), JSONL files, or any HF dataset with a
+column mapping.
 
     load_prompts("train")                                    # bundled train split (612 prompts)
+    load_prompts("long-heldout")                             # bundled 1K-7K-token prompts, held out (distill/data/long)
     load_prompts("my.jsonl")                                 # a prompt file (docs/architecture.md)
     load_prompts("data/chats/", columns={"messages": "conversation", "category": "topic"})
     load_prompts("org/dataset", split="train", columns={"prompt": "question"})   # Hub, when reachable
@@ -18,12 +20,13 @@ from decode.errors import UserError
 from decode.prompts import read_prompts, validate_prompt
 
 DATA_DIR = Path(__file__).parent / "data"
-BUNDLED = {"train": DATA_DIR / "train.jsonl", "heldout": DATA_DIR / "heldout.jsonl"}
+BUNDLED = {"train": DATA_DIR / "train.jsonl", "heldout": DATA_DIR / "heldout.jsonl",
+           "long": DATA_DIR / "long" / "train.jsonl", "long-heldout": DATA_DIR / "long" / "heldout.jsonl"}
 FIELDS = ("id", "category", "prompt", "messages", "response")
 
 
 def resolve(spec: str) -> str:
-    """`train` / `heldout` -> the bundled file; anything else unchanged."""
+    """`train` / `heldout` / `long` / `long-heldout` -> the bundled file; anything else unchanged."""
     return str(BUNDLED[spec]) if spec in BUNDLED else spec
 
 
