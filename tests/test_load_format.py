@@ -94,12 +94,9 @@ def test_pipeline_writes_the_dummy_target_once_and_wires_every_stage_to_it(tiny_
     assert json.loads((out / "pipeline.config.json").read_text())["target"] == str(folder)
 
 
-def test_jobs_refuse_dummy_where_vllm_would_load_the_weights():
-    from distill.collect.job import CollectConfig
+def test_evaluate_refuses_dummy_where_vllm_would_load_the_weights():
     from distill.evaluate.job import EvalConfig
 
-    with pytest.raises(UserError, match="use --engine hf"):
-        CollectConfig(engine="vllm", load_format="dummy")
-    assert CollectConfig(engine="auto", load_format="dummy").resolved_engine() == "hf"
+    # (collect --engine vllm serves a dummy target from the folder its weights are written to: test_collect_vllm.py)
     with pytest.raises(UserError, match="use --anchors hf"):
         EvalConfig(drafts=["layers:0"], anchors="vllm", load_format="dummy")

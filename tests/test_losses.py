@@ -345,9 +345,53 @@ def test_student_logprobs_value_and_gradient_match_autograd(scale):
     torch.testing.assert_close(at[live], ref_at[live].float(), atol=tol, rtol=1e-5)
     torch.testing.assert_close(rest, ref_rest.float(), atol=tol, rtol=1e-5)
     if scale > 1:
-        assert (ref_rest[[0, 3]] < -40).all()  # those rows took the recomputed (underflow) path
+        assert (ref_rest[[0, 3]] < -40).all()  # those rows' complement mass underflows float32 against the row max
     assert torch.isfinite(rest).all()
     torch.testing.assert_close(z.grad, z64.grad.float(), atol=1e-5, rtol=1e-4)
+
+
+def test_student_logprobs_exact_when_the_complement_is_100_nats_below_the_max():
+    # exp(z - row max) is 0 in float32 for the whole complement (exp(-110) < 1.4e-45): its log-mass and its
+    # gradient come from the complement's own max, not from a row-max exp pass
+    torch.manual_seed(14)
+    z = torch.randn(3, 40)
+    rest_of = torch.tensor([[0, 1, 2, 3], [5, 6, -1, -1], [7, 8, 9, 10]])
+    z[0] -= 110.0
+    z[0, :4] = torch.tensor([0.0, -1.0, -2.0, 0.5])  # the set holds the row's whole mass but for e^-110
+    z[1, 20:] -= 100.0  # only part of the complement far below
+    assert torch.exp(z[0, 4:] - z[0].max()).sum() == 0  # what a row-max exp pass sees
+    z = z.requires_grad_(True)
+    ids = torch.cat([rest_of, torch.tensor([[9], [20], [3]])], dim=-1)  # a label in the complement, far below
+    at, rest = student_logprobs(z, ids, rest_of)
+    g_at, g_rest = torch.randn(at.shape).masked_fill(ids < 0, 0.0), torch.randn(rest.shape)
+    (at * g_at).sum().add((rest * g_rest).sum()).backward()
+    z64 = z.detach().double().requires_grad_(True)
+    ref_at, ref_rest = _reference_logprobs(z64, ids, rest_of)
+    (ref_at * g_at.double()).sum().add((ref_rest * g_rest.double()).sum()).backward()
+    assert ref_rest[0].item() < -100
+    live = ids >= 0
+    torch.testing.assert_close(rest, ref_rest.float(), atol=2e-4, rtol=1e-6)  # float32 holds ~110 to ~1e-5
+    torch.testing.assert_close(at[live], ref_at[live].float(), atol=2e-4, rtol=1e-6)
+    torch.testing.assert_close(z.grad, z64.grad.float(), atol=1e-5, rtol=1e-4)
+    # the complement's gradient is g_rest * softmax over the complement alone, not 0 (which underflow would give)
+    c0 = torch.softmax(z64.detach()[0, 4:], -1) * g_rest[0].double()
+    torch.testing.assert_close(z.grad[0, 4:] - g_at[0, -1] * torch.nn.functional.one_hot(torch.tensor(5), 36),
+                               c0.float(), atol=1e-6, rtol=1e-4)
+
+
+def test_student_logprobs_counts_repeated_ids_once():
+    # a label equal to a top-k id, and (defensively) a set id given twice: the set's mass counts each id once
+    torch.manual_seed(15)
+    z = torch.randn(3, 9, dtype=torch.float64, requires_grad=True)
+    rest_of = torch.tensor([[4, 4, 1, -1], [0, 2, 8, 2], [-1, -1, -1, -1]])
+    ids = torch.cat([rest_of, torch.tensor([[4], [8], [3]])], dim=-1)
+    at, rest = student_logprobs(z, ids, rest_of)
+    ref_at, ref_rest = _reference_logprobs(z, ids, rest_of)
+    live = ids >= 0
+    torch.testing.assert_close(at[live], ref_at[live])
+    torch.testing.assert_close(rest, ref_rest)
+    assert rest[2].item() == pytest.approx(0.0, abs=1e-12)  # no set: the rest is everything
+    assert torch.autograd.gradcheck(lambda x: student_logprobs(x, ids, rest_of), (z,))
 
 
 def test_student_logprobs_gradcheck_and_without_rest():
@@ -363,8 +407,11 @@ def test_student_logprobs_finite_when_the_set_covers_the_vocabulary():
     z = torch.randn(2, 4, requires_grad=True)
     at, rest = student_logprobs(z, torch.tensor([[0], [1]]), torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]]))
     assert torch.isfinite(rest).all()
-    at.sum().backward()  # the rest is unused here, as coarsen masks it when the set covers V
+    at.sum().backward(retain_graph=True)  # the rest is unused here, as coarsen masks it when the set covers V
     assert torch.isfinite(z.grad).all()
+    z.grad = None
+    rest.sum().backward()  # and carries no gradient, were it used
+    assert torch.equal(z.grad, torch.zeros_like(z))
 
 
 def test_combined_loss_gradient_is_the_sum_of_the_separate_terms():

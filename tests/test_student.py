@@ -85,3 +85,49 @@ def test_the_training_loss_is_computed_in_chunks_of_positions_with_the_unchunked
     assert loss.item() == pytest.approx(want.item(), rel=1e-6)
     for g, p in zip(grads, model.parameters()):
         torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-7)
+
+
+class _SeesPads(torch.nn.Module):
+    """Not causal: every position adds the mean of the positions its mask lets in (as a prefix LM's encoder does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 4)
+
+    def get_input_embeddings(self):
+        return self.emb
+
+    @property
+    def base_model(self):
+        return self
+
+    def forward(self, input_ids, attention_mask=None):
+        from types import SimpleNamespace
+
+        x = self.emb(input_ids)
+        m = (torch.ones_like(input_ids) if attention_mask is None else attention_mask)[..., None].float()
+        return SimpleNamespace(last_hidden_state=x + (x * m).sum(1, keepdim=True) / m.sum(1, keepdim=True))
+
+
+def test_the_padding_mask_is_dropped_only_where_pads_change_no_real_position():
+    """Right padding is invisible to a causal decoder's real positions: the Student passes attention_mask=None
+    (transformers' mask builder then reads nothing from the device), with the same logits at the trained
+    positions; a model whose positions see the pads keeps its mask."""
+    from distill.train.student import pads_invisible
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    seen = []
+    model.model.register_forward_pre_hook(lambda m, args, kwargs: seen.append(kwargs.get("attention_mask")),
+                                          with_kwargs=True)
+    student = Student(model)
+    assert not student.needs_mask and pads_invisible(model)
+    ids, mask, sel = _batch(300)
+    seen.clear()
+    with torch.no_grad():
+        got = student(ids, mask, sel)
+        want = model(input_ids=ids, attention_mask=mask).logits.flatten(0, 1)[sel]
+    assert seen[0] is None and seen[1] is mask
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not pads_invisible(_SeesPads())

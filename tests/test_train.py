@@ -658,6 +658,15 @@ def test_accelerate_deepspeed_two_processes(tiny_collected, tmp_path, zero):
     assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)
     t_up, d_up = target.model.layers[1].mlp.up_proj.weight, draft.model.layers[1].mlp.up_proj.weight
     assert d_up.shape == t_up.shape and not torch.equal(d_up, t_up) and torch.allclose(d_up, t_up, atol=0.1)
+    if zero == "zero2":  # resumes exactly (ZeRO's partitioned fused-AdamW state included): step 3 redone from step 2
+        first = dict(_losses(run))[3]
+        kept = tmp_path / "checkpoint-000003"
+        shutil.move(run / "checkpoint-000003", kept)
+        again = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=500)
+        assert again.returncode == 0, (again.stdout[-2000:], again.stderr[-4000:])
+        assert f"resumed from {run / 'checkpoint-000002'} at step 2" in again.stdout
+        assert dict(_losses(run))[3] == first
+        _assert_same_weights(run / "checkpoint-000003" / "hf" / "model.safetensors", kept / "hf" / "model.safetensors")
 
 
 def test_several_collected_datasets_concatenate_on_their_common_columns():

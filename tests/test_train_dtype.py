@@ -103,7 +103,7 @@ def test_an_fp32_run_exports_fp32_and_resumes_bitwise(tiny_collected, tmp_path):
 def test_compile_choice_on_cpu(value, on):
     from accelerate import Accelerator
 
-    from distill.train.job import use_compile
+    from distill.train.engine import use_compile
 
     assert use_compile(TrainConfig(compile=value), Accelerator(cpu=True)) is on  # auto: off on CPU
 

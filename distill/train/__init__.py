@@ -10,6 +10,9 @@
     prune.py         Sheared-LLaMA width pruning by weight roles, and the target's activation importance
     copy_circuit.py  the hand-built induction (copy) circuit a shallow draft cannot learn
     student.py       the draft as training sees it: the head and loss in chunks of trained positions
+    engine.py        the optimizer and engine: --compile, AdamW, accelerate's prepare (DDP, DeepSpeed settings)
+    flops.py         training FLOPs from a draft's shapes, for MFU
+    speed.py         `python -m distill.train.speed`: tokens/s and MFU of the training step on synthetic data
     losses.py        distillation losses over the teacher's stored top-k
     batches.py       examples read per micro-batch from Arrow, batch order a resumed run repeats, collation ahead
     checkpoints.py   atomic, resumable checkpoints with an HF draft folder beside each

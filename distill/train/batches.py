@@ -265,14 +265,7 @@ def collate(batch: list[dict], vocab: VocabMap | None, pad_id: int = 0, map_inpu
         ids = vocab.inputs(ids)
     out = {"input_ids": ids, "attention_mask": torch.from_numpy(valid.astype(np.int64)), "sel": torch.from_numpy(sel)}
     if all(e.get("features") is not None for e in batch):
-        f0 = batch[0]["features"]
-        if isinstance(f0, torch.Tensor):
-            feats = torch.zeros((B, T, f0.shape[1]), dtype=f0.dtype)
-        else:
-            feats = np.zeros((B, T, f0.shape[1]), dtype=np.asarray(f0).dtype)
-        for b, e in enumerate(batch):
-            feats[b, : len(e["features"])] = e["features"]
-        out["features"] = feats if isinstance(feats, torch.Tensor) else torch.from_numpy(feats)
+        out["features"] = padded_features([torch.as_tensor(e["features"]) for e in batch], T)
     if all(e["topk_ids"] is not None for e in batch):
         teacher = torch.from_numpy(np.concatenate([np.asarray(e["topk_ids"], dtype=np.int64) for e in batch]))
         out["topk_ids"] = vocab.teacher(teacher) if vocab is not None else teacher
@@ -284,6 +277,22 @@ def collate(batch: list[dict], vocab: VocabMap | None, pad_id: int = 0, map_inpu
         out["target_top1"] = labels
     out["labels"] = vocab.teacher(labels) if vocab is not None else labels
     return out
+
+
+def padded_features(rows: list[torch.Tensor], T: int) -> torch.Tensor:
+    """[(T_i, F)] -> (B, T, F) zero-padded on the right, in the rows' dtype (2-byte stays 2-byte). Inside a
+    DataLoader worker the batch is made in shared memory (as torch's default_collate does), so sending it to the
+    loop's process moves a handle, not the bytes."""
+    B, F, dtype = len(rows), rows[0].shape[1], rows[0].dtype
+    if torch.utils.data.get_worker_info() is not None:
+        storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(B * T * F, device="cpu")
+        feats = torch.empty(0, dtype=dtype).new(storage).view(B, T, F)
+    else:
+        feats = torch.empty((B, T, F), dtype=dtype)
+    for b, r in enumerate(rows):
+        feats[b, :len(r)] = r
+        feats[b, len(r):] = 0
+    return feats
 
 
 # --- feeding the loop ---------------------------------------------------------------------------------------

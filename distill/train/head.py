@@ -30,7 +30,7 @@ from decode.errors import UserError
 from decode.feature_head import FeatureHead, default_layers, layer_config
 from decode.layer_cut import draft_from_files
 from distill.train import losses
-from distill.train.student import chunk_rows
+from distill.train.student import chunk_rows, pads_invisible
 
 FEATURE_SOURCES = ("stored", "online")
 FEATURE_DTYPES = ("float16", "bfloat16")  # how stored features are kept: float16 is finer, bfloat16 reaches 3e38
@@ -132,16 +132,16 @@ def target_features(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
 
 
 class FeatureStore:
-    """Features of examples 0..E-1 of one Examples, in one float16 or bfloat16 file (bfloat16 as its bits: numpy
-    has no bfloat16): rows offsets[i]:offsets[i+1] are example i's input positions, read as float16 or float32.
-    `done` (a side file) counts the examples written, so an interrupted extraction resumes."""
+    """Features of examples 0..E-1 of one Examples, in one float16 or bfloat16 file (bfloat16 as its int16 bits:
+    numpy has no bfloat16): rows offsets[i]:offsets[i+1] are example i's input positions, read as a float16 or
+    bfloat16 tensor. `done` (a side file) counts the examples written, so an interrupted extraction resumes."""
 
     def __init__(self, path: Path, lengths: np.ndarray, width: int, dtype: str = "float16"):
         self.path, self.width, self.dtype = path, width, dtype
         self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
         total = int(self.offsets[-1])
         mode = "r+" if path.is_file() and path.stat().st_size == total * width * 2 else "w+"
-        raw = np.float16 if dtype == "float16" else np.uint16
+        raw = np.float16 if dtype == "float16" else np.int16
         self.data = np.memmap(path, dtype=raw, mode=mode, shape=(max(total, 1), width))
         self._done = path.with_suffix(".done")
 
@@ -153,13 +153,17 @@ class FeatureStore:
         self.data.flush()
         self._done.write_text(str(n))
 
-    def __getitem__(self, i: int) -> np.ndarray:
-        rows = self.data[self.offsets[i]:self.offsets[i + 1]]
-        return rows if self.dtype == "float16" else (rows.astype(np.uint32) << 16).view(np.float32)
+    def __getitem__(self, i: int) -> torch.Tensor:
+        """(T_i, F) example i's features in the store's dtype: a view of the file, not a copy. On their way to the
+        device they are copied twice on the host: into the batch by collate (in shared memory inside a DataLoader
+        worker, so handing it to the loop copies nothing) and into pinned memory; the head casts them on the device
+        (FeatureHead.fuse). Widening bf16 to float32 here made 5 host copies at twice the bytes."""
+        rows = torch.from_numpy(self.data[self.offsets[i]:self.offsets[i + 1]])
+        return rows if self.dtype == "float16" else rows.view(torch.bfloat16)
 
     def write(self, start: int, f: torch.Tensor) -> None:
         """Rows start.. from f (n, width), already in this store's dtype."""
-        a = f.cpu().numpy() if self.dtype == "float16" else f.cpu().view(torch.int16).numpy().view(np.uint16)
+        a = f.cpu().numpy() if self.dtype == "float16" else f.cpu().view(torch.int16).numpy()
         self.data[start:start + len(a)] = a
 
     @property
@@ -267,17 +271,15 @@ class HeadStudent(torch.nn.Module):
         total, parts, weight = 0.0, {}, 0.0
         for k, out in enumerate(self.unroll(input_ids, feats, 1 if argmax else self.ttt_steps)):
             p = i_idx - 1 - k  # the head position whose step k predicts the token of sel's position i
+            # (N,) rows that have such a position (none before the sequence starts): a mask for the loss's masked
+            # mean, not a boolean index, whose data-dependent shape would be a host sync
             ok = p >= 0
-            h = out[b_idx[ok], p[ok]]  # (N_k, H)
+            h = out[b_idx, p.clamp(min=0)]  # (N, H)
             if argmax:
-                pred = torch.full((len(sel),), -1, dtype=torch.long, device=sel.device)
-                pred[ok] = torch.cat([head.logits(h[s:s + self.rows]).argmax(-1) for s in range(0, len(h), self.rows)])
-                return pred
-            t = {key: targets[key][ok] if targets.get(key) is not None else None
-                 for key in ("topk_ids", "topk_logprobs", "labels")}
-            live = torch.ones(len(h), dtype=torch.bool, device=h.device)
-            loss_k, parts_k = losses.chunked_loss(h, head.logits, t["topk_ids"], t["topk_logprobs"], t["labels"],
-                                                  live, self.weights, self.jsd_beta, self.rows)
+                pred = torch.cat([head.logits(h[s:s + self.rows]).argmax(-1) for s in range(0, len(h), self.rows)])
+                return torch.where(ok, pred, -1)
+            loss_k, parts_k = losses.chunked_loss(h, head.logits, targets.get("topk_ids"), targets.get("topk_logprobs"),
+                                                  targets.get("labels"), ok, self.weights, self.jsd_beta, self.rows)
             w = self.ttt_decay ** k
             total, weight = total + w * loss_k, weight + w
             parts[f"step{k}"] = loss_k.detach()
@@ -291,7 +293,10 @@ class OnlineFeatures:
 
     def __init__(self, model, layers: list[int]):
         self.model, self.layers = model, layers
+        self.needs_mask = not pads_invisible(model)  # as Student: no padding mask, no host read, where it changes nothing
 
     @torch.no_grad()
     def __call__(self, batch: dict) -> torch.Tensor:
-        return target_features(self.model, batch["input_ids"], batch["attention_mask"], self.layers).float()
+        """(B, T, F) in the target's dtype (the head casts them: FeatureHead.fuse)."""
+        mask = batch["attention_mask"] if self.needs_mask else None
+        return target_features(self.model, batch["input_ids"], mask, self.layers)

@@ -30,8 +30,8 @@ from decode.layer_cut import config_dtype
 from decode.options import DecodeOptions
 from decode.targets import load_target, load_tokenizer, resolve
 from distill.tracking import Tracker
-from distill.train import batches, checkpoints, copy_circuit, head, loop, losses, proxy
-from distill.train.data import Data, batch_order, data_workers, load_data, make_examples
+from distill.train import batches, checkpoints, copy_circuit, flops, head, loop, losses, proxy
+from distill.train.data import AUTO_BATCH_TOKENS, Data, batch_order, data_workers, load_data, make_examples
 from distill.train.designs import (
     DraftDesign,
     apply_freeze,
@@ -40,7 +40,7 @@ from distill.train.designs import (
     describe,
     frequent_tokens,
 )
-from distill.train.student import Student
+from distill.train.engine import make_engine
 
 
 @dataclass
@@ -88,8 +88,10 @@ class TrainConfig:
     min_lr_ratio: float = field(default=0.1, metadata={"help": "the cosine decays to this fraction of --lr at --max-steps"})
     max_steps: int = field(default=300, metadata={"help": "optimizer steps"})
     batch_size: int = field(default=8, metadata={"help": "sequences per micro-batch per process"})
-    batch_tokens: int = field(default=0, metadata={"help": "padded tokens per micro-batch per process, similar lengths "
-                                                            "together (replaces --batch-size in training; 0 = off)"})
+    batch_tokens: int = field(default=-1, metadata={"help": "padded tokens per micro-batch per process, similar "
+                              "lengths together (replaces --batch-size in training; --batch-size still sizes evaluation "
+                              "batches). 0 = off (--batch-size sequences a micro-batch); -1 = auto: "
+                              f"{AUTO_BATCH_TOKENS} with a CUDA device, off on CPU"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
     max_seq_len: int | None = field(default=None, metadata={"help": "prompt + response tokens; the prompt is cut from "
                                     "the left beyond this. None = the longest response the collection can hold "
@@ -104,7 +106,7 @@ class TrainConfig:
                               "background thread; -1 = 2 processes on GPU, a thread on CPU"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
     compile: str | bool = field(default="auto", metadata={"help": "torch.compile the draft's layers: on | off | "
-                                "auto (on with a CUDA device, except under DeepSpeed; off on CPU, where it measured "
+                                "auto (on with a CUDA device, except under ZeRO-3; off on CPU, where it measured "
                                 "slower). YAML's on/off/true/false are taken as on/off"})
     seed: int = field(default=0, metadata={"help": "data order and init seed"})
     # --- checkpoints, evaluation, tracking
@@ -167,19 +169,11 @@ class TrainConfig:
 COMPILE = ("auto", "on", "off")
 
 
-def use_compile(cfg: TrainConfig, accelerator) -> bool:
-    """--compile resolved: auto = on with CUDA, off on CPU (the default recipe on 2 CPU cores ran slower compiled:
-    docs/results.md, issue 38) and off under DeepSpeed (not tried there: ZeRO-3 gathers each layer's parameters in
-    hooks around its forward, which break the graph; --compile on still compiles)."""
-    if cfg.compile != "auto":
-        return cfg.compile == "on"
-    return accelerator.device.type == "cuda" and accelerator.state.deepspeed_plugin is None
-
-
 # the numbers a run cannot use below a bound (a typo such as --lr -1e-3 would otherwise train backwards)
-AT_LEAST = {1: ("max_steps", "max_nonfinite_steps", "ttt_steps", "batch_size", "grad_accum", "eval_every", "log_every", "signal_every", "loss_chunk_mb",
+AT_LEAST = {-1: ("batch_tokens",),
+            1: ("max_steps", "max_nonfinite_steps", "ttt_steps", "batch_size", "grad_accum", "eval_every", "log_every", "signal_every", "loss_chunk_mb",
                 "spec_eval_gamma", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"),
-            0: ("save_every", "lr_width", "batch_tokens", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
+            0: ("save_every", "lr_width", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
 
 
 def check_bounds(cfg: TrainConfig) -> None:
@@ -284,7 +278,7 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
                                        accelerator.process_index, map_inputs=cfg.design == "standalone")
     feed = batches.feed(step_batches, data_workers(cfg))
     pending = loop.Pending()  # steps' loss rows still on the device: read at logging, evaluation and saving steps
-    speed = throughput(accelerator, draft)
+    speed = throughput(cfg, accelerator, draft.model)
     cadence = loop.SaveCadence(cfg.save_every)  # which steps save (--save-every; 0: by the time saves take)
     try:
         while step < cfg.max_steps:
@@ -307,7 +301,8 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
                 metrics = loop.train_metrics(window, lr_at(cfg, step - 1, peak), trained_per_s, run.skipped, more)
                 window = []
                 tracker.log(metrics, step=step)
-                log(f"step {step}: loss {metrics['train/loss']:.4f} lr {metrics['train/lr']:.2e} {metrics['train/tokens_per_s']} tok/s")
+                rate = f"{metrics['train/tokens_per_s']} tok/s" if "train/tokens_per_s" in metrics else "(warm-up)"
+                log(f"step {step}: loss {metrics['train/loss']:.4f} lr {metrics['train/lr']:.2e} {rate}")
             if evaluating:
                 with speed.pause():
                     last_eval = loop.report_eval(run, held, step, log)
@@ -326,13 +321,14 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
 # --- setup ---------------------------------------------------------------------------------------------------
 
 
-def throughput(accelerator, draft) -> loop.Throughput:
-    """tokens/s over each logging window without its evals and saves; MFU where the device's bf16 peak is known."""
+def throughput(cfg: TrainConfig, accelerator, model) -> loop.Throughput:
+    """tokens/s over each logging window in steady state (no warm-up, evals or saves); MFU where the device's bf16
+    peak is known, from the FLOPs of the draft's shapes (flops.py)."""
     bf16_cuda = accelerator.device.type == "cuda" and accelerator.mixed_precision == "bf16"
-    card = draft.card
-    return loop.Throughput(accelerator.num_processes, int(card.get("trainable_params", 0)), int(card.get("layers", 0)),
-                           int(card.get("hidden_size", 0)),
-                           loop.peak_flops(torch.cuda.get_device_name(accelerator.device)) if bf16_cuda else None)
+    shape = (flops.head_shape(model, cfg.ttt_steps) if cfg.design == "feature_head" else flops.standalone_shape(model))
+    peak = loop.peak_flops(torch.cuda.get_device_name(accelerator.device)) if bf16_cuda else None
+    sync = (lambda: torch.cuda.synchronize(accelerator.device)) if accelerator.device.type == "cuda" else (lambda: None)
+    return loop.Throughput(accelerator.num_processes, shape, peak, sync=sync)
 
 
 def launch_command(argv: list[str]) -> str:
@@ -507,32 +503,6 @@ def draft_line(card: dict, device) -> str:
     return (f"draft: {card['layers']} layers x {card['hidden_size']} wide, vocab {card['vocab_size']}, "
             f"{card['params'] / 1e6:.1f}M params ({card['trainable_params'] / 1e6:.1f}M trainable), "
             f"{card['step_ms']} ms/token on {device}")
-
-
-# --- batches, optimizer and engine ---------------------------------------------------------------------------
-
-
-def make_engine(cfg: TrainConfig, accelerator, model) -> tuple[torch.nn.Module, torch.optim.Optimizer, list]:
-    """(student, optimizer) as prepared by accelerate, and the trainable parameters (DeepSpeed takes grad
-    accumulation, micro-batch size and clipping from us)."""
-    ds_plugin = accelerator.state.deepspeed_plugin
-    if cfg.design == "feature_head":
-        student = head.HeadStudent(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20, cfg.ttt_steps, cfg.ttt_decay)
-    else:
-        student = Student(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20)
-    if use_compile(cfg, accelerator):
-        student.compile_layers()
-    params = [p for p in student.parameters() if p.requires_grad]
-    # fused: one kernel over every parameter (52 -> 11 ms a step for the default draft's 9.9M trainable parameters
-    # on 2 CPU cores); under DeepSpeed the ZeRO optimizer steps its own flat partitions, so the default kernel there
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95),
-                                  fused=ds_plugin is None)
-    if ds_plugin is not None:
-        ds_plugin.deepspeed_config["gradient_accumulation_steps"] = cfg.grad_accum
-        ds_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.batch_size
-        ds_plugin.deepspeed_config["gradient_clipping"] = cfg.grad_clip
-    student, optimizer = accelerator.prepare(student, optimizer)
-    return student, optimizer, params
 
 
 # --- resume -----------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import torch
 
 from decode.errors import UserError
 from distill.tracking import Tracker
-from distill.train import checkpoints, export, proxy
+from distill.train import checkpoints, export, flops, proxy
 
 if TYPE_CHECKING:
     from distill.train.data import Data
@@ -44,37 +44,36 @@ class Run:
     skipped_in_row: int = 0         # of them, the latest consecutive ones
 
 
-def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], dict]:
+def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], flops.StepTokens]:
     """Optimizer step `step` over grad_accum micro-batches, the next ones of `feed` (batches.feed, which starts at
-    the run's first step): (row, names, tokens), tokens {"trained": positions, "inputs": input tokens (padding
-    excluded), "sequences"} of this rank, row the (2 + parts,) device tensor
-    [loss, non-finite flag, part, ...] of this rank, means over the micro-batches, names the parts' names. Nothing
-    here reads the device (no host sync): Pending collects the rows and reads them, averaged over ranks, only where
-    the loop needs them (logging, evaluation, saving; job.train).
+    the run's first step): (row, names, tokens), tokens this rank's counts (padding excluded: flops.StepTokens,
+    read from the host copy of the batch), row the (2 + parts,) device tensor [loss, non-finite flag, part, ...] of
+    this rank, means over the micro-batches, names the parts' names. Nothing here reads the device (no host sync):
+    Pending collects the rows and reads them, averaged over ranks, only where the loop needs them (logging,
+    evaluation, saving; job.train), and check_finite acts on the flag there.
 
     A step whose loss or gradients are not finite changes no weight: the gradient norm (computed for clipping
     anyway) is checked on the device and handed to the fused AdamW as `found_inf`, which then skips the whole
     update (weights, moments, step count) inside its kernel, so no extra host sync. Its row says skipped: 1
-    (check_finite counts it and stops after --max-nonfinite-steps in a row). Under DeepSpeed, whose engine steps
-    inside backward, a non-finite loss stops the run before that backward (a host read every micro-batch)."""
+    (check_finite counts it and stops after --max-nonfinite-steps in a row). Under DeepSpeed the engine steps inside
+    backward, so such a step cannot be skipped: its row flags it, and the next read stops the run (check_finite),
+    before any save (a saving step reads the rows first) or evaluation."""
     cfg, accelerator, student, optimizer = run.cfg, run.accelerator, run.student, run.optimizer
     deepspeed = accelerator.state.deepspeed_plugin is not None
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper steps this one
     step_loss, parts_sum = torch.zeros((), device=accelerator.device), {}
-    tokens = {"trained": 0, "inputs": 0, "sequences": 0}
+    tokens = flops.StepTokens()
     bad = torch.zeros((), device=accelerator.device)
     for _ in range(cfg.grad_accum):
         host = next(feed)
-        tokens["inputs"] += int(host["attention_mask"].numpy().sum())  # on the host (numpy): no device read
-        tokens["sequences"] += host["input_ids"].shape[0]
+        lengths = host["attention_mask"].numpy().sum(1)  # on the host (numpy): no device read
+        tokens.add(flops.StepTokens(int(lengths.sum()), len(lengths), int((lengths ** 2).sum()), len(host["sel"])))
         b = {k: v.to(accelerator.device, non_blocking=True) for k, v in host.items()}
         if run.online is not None:  # a feature head's features, from the target now
             b["features"] = run.online(b)
         with accelerator.accumulate(student):
             # the head and the loss run inside the Student's forward, over chunks of the N trained positions
             loss, parts = student(b["input_ids"], b["attention_mask"], b["sel"], targets=b)
-            if deepspeed:
-                _stop_before_deepspeed_steps(run, loss, step)
             accelerator.backward(loss)
             bad = torch.maximum(bad, (~torch.isfinite(loss.detach())).float())
             if accelerator.sync_gradients and not deepspeed:
@@ -87,7 +86,6 @@ def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], dict
         for k, v in parts.items():
             v = torch.as_tensor(v).detach().to(device=step_loss.device, dtype=torch.float32)
             parts_sum[k] = parts_sum.get(k, 0.0) + v / cfg.grad_accum
-        tokens["trained"] += len(b["sel"])  # a shape: no device read
     names = list(parts_sum)
     return torch.stack([step_loss.float(), bad, *(parts_sum[k] for k in names)]), names, tokens
 
@@ -118,41 +116,42 @@ class Pending:
         return out
 
 
-def _stop_before_deepspeed_steps(run: Run, loss: torch.Tensor, step: int) -> None:
-    """Under DeepSpeed: a non-finite loss on any rank stops every rank before the engine's backward + step."""
-    bad = run.accelerator.reduce((~torch.isfinite(loss.detach())).float(), "sum")
-    if bad.item() > 0:
-        last = checkpoints.complete(run.run_dir)
-        raise UserError(f"loss is {loss.item()} at step {step + 1} (DeepSpeed: stopped before the step, nothing "
-                        f"saved). The last good checkpoint is {last[0] if last else 'none (no checkpoint yet)'}; "
-                        "lower --lr or check the data")
-
-
 def check_finite(run: Run, row: dict, step: int, log) -> None:
-    """Count a skipped (non-finite) step, `step` 1-based; stop the run, saving nothing, after
+    """Act on a step's non-finite flag, `step` 1-based: count a skipped step, and stop the run, saving nothing, after
     --max-nonfinite-steps of them in a row (one is a spike the next batches recover from; many are a diverged run
-    or broken data)."""
+    or broken data). Under DeepSpeed the flagged step was not skipped (the engine steps inside backward: its
+    weights may hold NaN now), so the first one stops the run."""
     if not row.get("skipped"):
         run.skipped_in_row = 0
         return
+    if run.accelerator.state.deepspeed_plugin is not None:
+        raise UserError(f"loss is {row['loss']} at step {step} (under DeepSpeed the engine steps inside backward, where "
+                        f"this loop cannot skip the step); stopped without saving. The last good checkpoint is "
+                        f"{_last_good(run)}; lower --lr or check the data")
     run.skipped, run.skipped_in_row = run.skipped + 1, run.skipped_in_row + 1
     log(f"step {step}: loss {row['loss']}: non-finite loss or gradients, step skipped before any weight changed "
         f"({run.skipped} skipped so far, {run.skipped_in_row} in a row)")
     if run.skipped_in_row >= run.cfg.max_nonfinite_steps:
-        last = checkpoints.complete(run.run_dir)
         raise UserError(f"loss is {row['loss']} at step {step}, {run.skipped_in_row} non-finite step(s) in a row "
                         f"(--max-nonfinite-steps {run.cfg.max_nonfinite_steps}); stopped without saving. The last good "
-                        f"checkpoint is {last[0] if last else 'none (no checkpoint yet)'}; lower --lr or check the data")
+                        f"checkpoint is {_last_good(run)}; lower --lr or check the data")
 
 
-def train_metrics(window: list[dict], lr: float, tokens_per_s: float, skipped: int = 0, speed: dict | None = None) -> dict:
+def _last_good(run: Run) -> str:
+    last = checkpoints.complete(run.run_dir)
+    return str(last[0]) if last else "none (no checkpoint yet)"
+
+
+def train_metrics(window: list[dict], lr: float, tokens_per_s: float | None, skipped: int = 0,
+                  speed: dict | None = None) -> dict:
     """train/* over the logging window: each trained (not skipped) step's loss and parts averaged, the step's lr,
-    throughput (trained positions a second over the window, all ranks; `speed`: more of it, Throughput.read),
-    and the non-finite steps skipped so far in the run."""
+    throughput (trained positions a second over the window, all ranks; `speed`: more of it, Throughput.read; none
+    during the warm-up), and the non-finite steps skipped so far in the run."""
     ok = [w for w in window if not w.get("skipped")] or window
     mean = {k: sum(w[k] for w in ok) / len(ok) for k in ok[0] if k != "skipped"}
-    return {"train/loss": round(mean.pop("loss"), 5), "train/lr": lr, "train/tokens_per_s": round(tokens_per_s, 1),
-            **(speed or {}), "train/skipped_steps": skipped, **{f"train/loss_{k}": round(v, 5) for k, v in mean.items()}}
+    rate = {} if tokens_per_s is None else {"train/tokens_per_s": round(tokens_per_s, 1), **(speed or {})}
+    return {"train/loss": round(mean.pop("loss"), 5), "train/lr": lr, **rate, "train/skipped_steps": skipped,
+            **{f"train/loss_{k}": round(v, 5) for k, v in mean.items()}}
 
 
 # bf16 dense tensor-core peaks (FLOP/s, no sparsity) by CUDA device name; the first entry found in the name wins
@@ -165,27 +164,31 @@ def peak_flops(device_name: str) -> float | None:
     return next((f for key, f in PEAK_BF16 if key in device_name), None)
 
 
-def flops_per_token(trainable_params: int, layers: int, hidden: int, context: float) -> float:
-    """Training FLOPs a token (PaLM's convention): 6 x trainable parameters (forward 2, backward 4) + the attention
-    scores and mixing, 12 x layers x hidden x context (context = the mean input length). Frozen parameters'
-    backward (activation gradients through them) is not counted, nor a feature head's TTT unroll: an underestimate
-    for those."""
-    return 6.0 * trainable_params + 12.0 * layers * hidden * context
+WARMUP_STEPS = 3  # steps after a start or resume left out of tokens/s and MFU: the first compiles (torch.compile on a
+# GPU) and makes the optimizer state, the second recompiles for dynamic shapes (token-budget batches vary in length)
 
 
 class Throughput:
-    """Tokens a second over each logging window, the time of evaluations and saves left out (pause() around them);
-    with a known device peak, MFU (model FLOPs utilisation) from flops_per_token. Read at logging steps, where the
-    loop has just read the device (so queued work is done)."""
+    """Tokens a second over each logging window in steady state: the first `warmup` steps after a start or
+    resume, and the time of evaluations and saves (pause() around them), are left out; with a known device peak,
+    MFU (model FLOPs utilisation) from flops.train_flops. Read at logging steps, where the loop has just read the
+    device (so queued work is done); the warm-up's end waits for the device once (`sync`), so its queued work does
+    not spill into the first window."""
 
-    def __init__(self, world: int, trainable_params: int, layers: int, hidden: int, peak: float | None):
-        self.world, self.params, self.layers, self.hidden, self.peak = world, trainable_params, layers, hidden, peak
-        self.start, self.paused = time.perf_counter(), 0.0
-        self.tokens = {"trained": 0, "inputs": 0, "sequences": 0}
+    def __init__(self, world: int, shape: flops.DraftShape | None, peak: float | None, warmup: int = WARMUP_STEPS,
+                 sync=lambda: None):
+        self.world, self.shape, self.peak, self.warmup, self.sync = world, shape, peak, warmup, sync
+        self.steps, self.start, self.paused = 0, time.perf_counter(), 0.0
+        self.tokens = flops.StepTokens()
 
-    def add(self, tokens: dict) -> None:
-        for k in self.tokens:
-            self.tokens[k] += tokens[k]
+    def add(self, tokens: flops.StepTokens) -> None:
+        self.steps += 1
+        if self.steps <= self.warmup:
+            if self.steps == self.warmup:  # the steady state starts now
+                self.sync()
+                self.start, self.paused = time.perf_counter(), 0.0
+            return
+        self.tokens.add(tokens)
 
     @contextlib.contextmanager
     def pause(self):
@@ -195,19 +198,19 @@ class Throughput:
         finally:
             self.paused += time.perf_counter() - t
 
-    def read(self) -> tuple[float, dict]:
-        """(trained positions a second, {"train/input_tokens_per_s", "train/mfu" with a peak}) over the window
-        since the last read, all ranks together; then a new window."""
-        seconds = max(time.perf_counter() - self.start - self.paused, 1e-9)
+    def read(self) -> tuple[float | None, dict]:
+        """(trained positions a second, {"train/input_tokens_per_s", "train/mfu" with a peak}) over the window since
+        the warm-up or the last read, all ranks together (ranks run alike: this rank's rate x world); then a new
+        window. (None, {}) while the warm-up lasts or when the window holds no step."""
         t = self.tokens
-        inputs_per_s = t["inputs"] * self.world / seconds
-        out = {"train/input_tokens_per_s": round(inputs_per_s, 1)}
-        if self.peak and t["sequences"]:
-            flops = flops_per_token(self.params, self.layers, self.hidden, t["inputs"] / t["sequences"])
-            out["train/mfu"] = round(flops * inputs_per_s / (self.peak * self.world), 5)
-        trained_per_s = t["trained"] * self.world / seconds
-        self.start, self.paused = time.perf_counter(), 0.0
-        self.tokens = {k: 0 for k in t}
+        if self.steps <= self.warmup or not t.sequences:
+            return None, {}
+        seconds = max(time.perf_counter() - self.start - self.paused, 1e-9)
+        out = {"train/input_tokens_per_s": round(t.inputs * self.world / seconds, 1)}
+        if self.peak and self.shape is not None:
+            out["train/mfu"] = round(flops.train_flops(self.shape, t)["total"] / seconds / self.peak, 5)
+        trained_per_s = t.trained * self.world / seconds
+        self.start, self.paused, self.tokens = time.perf_counter(), 0.0, flops.StepTokens()
         return trained_per_s, out
 
 

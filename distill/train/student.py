@@ -18,6 +18,34 @@ def final_logits(config, z: torch.Tensor) -> torch.Tensor:
     return z
 
 
+@torch.no_grad()
+def pads_invisible(model) -> bool:
+    """Whether `model` (an HF causal LM, or its base) gives the same hidden states at the real positions of a
+    right-padded batch without the padding mask: then the trainer passes attention_mask=None, and transformers'
+    mask builder neither reads the mask on the host (masking_utils: `fast_all(padding_mask)`, a device sync each
+    forward) nor builds a (B, 1, T, T) mask (SDPA takes its causal kernel). True for causal decoders whose
+    positions and layers never mix a later position into an earlier one (every tests/architectures.py target);
+    measured on a small batch rather than assumed from the model type, so a model that reads the mask otherwise
+    (positions from it, prefix attention) keeps it. Runs once, in eval mode, with the model's weights."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    body = getattr(base, "base_model", base)
+    p = next(base.parameters())
+    vocab = base.get_input_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (2, 8), generator=torch.Generator().manual_seed(0)).to(p.device)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0  # right padding, as batches.collate pads
+    was_training = base.training
+    base.eval()
+    try:
+        a = body(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+        b = body(input_ids=ids, attention_mask=None).last_hidden_state.float()
+    finally:
+        base.train(was_training)
+    real = mask.bool()
+    tol = 1e-3 if p.dtype == torch.float32 else 5e-2  # kernel choice (masked vs causal SDPA) may round differently
+    return torch.allclose(a[real], b[real], rtol=tol, atol=tol * float(a[real].abs().max()))
+
+
 def chunk_rows(vocab_size: int, chunk_bytes: int = CHUNK_BYTES) -> int:
     """Positions per chunk: (rows, V) float32 logits of about chunk_bytes."""
     return max(1, chunk_bytes // (4 * vocab_size))
@@ -38,6 +66,7 @@ class Student(torch.nn.Module):
         super().__init__()
         self.model = model
         self.weights, self.jsd_beta, self.chunk_bytes = weights or {"fkl": 1.0}, jsd_beta, chunk_bytes
+        self.needs_mask = not pads_invisible(model)  # False: forward passes attention_mask=None (no host read)
 
     def _base(self):
         return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
@@ -53,8 +82,10 @@ class Student(torch.nn.Module):
         return final_logits(base.config, base.get_output_embeddings()(h))
 
     def forward(self, input_ids, attention_mask, sel, targets: dict | None = None, argmax: bool = False):
+        """input_ids, attention_mask (B, T), right-padded (batches.collate); sel (N,) real positions only."""
         base = self._base()
-        h = base.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+        mask = attention_mask if self.needs_mask else None  # pads never reach a position in sel (pads_invisible)
+        h = base.base_model(input_ids=input_ids, attention_mask=mask).last_hidden_state  # (B, T, H)
         h = h.flatten(0, 1)[sel]  # (N, H)
         rows = chunk_rows(base.get_output_embeddings().weight.shape[0], self.chunk_bytes)
         if targets is not None:

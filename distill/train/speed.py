@@ -1,0 +1,237 @@
+"""Training speed on synthetic data: tokens/s and MFU of the trainer's own step for a target's shape, on this device.
+
+    python -m distill.train.speed --shape 8b --design standalone --steps 20
+    python -m distill.train.speed --shape 8b --design head --steps 20 --out runs/speed-head.json
+    accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 1 -m distill.train.speed --shape 8b
+    python -m distill.train.speed --shape tiny --design standalone --steps 3      # CPU: seconds
+
+The draft is what configs/train/gpu-8b.yaml trains for a target of that shape (decode/shapes.py), built from the
+shape's config with random weights on the device (no target weights, no files): standalone = its layers (2) at
+full width with its draft vocabulary (8,192) and the embedding and head frozen; head = the feature head, one layer
+at the target's width reading 3 feature layers, the same vocabulary, unrolled --ttt-steps. It trains through the
+real path: Student / HeadStudent, engine.make_engine (accelerate, DeepSpeed under `accelerate launch`, the recipe's
+AdamW and loss), loop.train_step, bf16 autocast on CUDA. Batches are shaped like batches.collate's: as many
+sequences of about --prompt-len + --response-len tokens as the token budget holds (similar lengths, little
+padding), random top-k teacher rows, bf16 random features for the head. After --warmup steps (compiling, first
+kernels, optimizer state) --steps are timed; MFU counts the draft's FLOPs from its shapes (flops.py).
+
+Prints a line, then the result as JSON (the last line of stdout; also --out); tokens_per_s counts trained positions
+a second, as training's train/tokens_per_s does, input_tokens_per_s prompt and response tokens (no padding):
+    {"shape", "design", "device", "processes", "deepspeed", "precision", "compile", "steps", "warmup",
+     "batch_tokens", "sequences", "input_tokens_per_s", "tokens_per_s", "mfu", "peak_flops",
+     "flops_per_step", "seconds", "params", "trainable_params", "loss"}
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import LlamaForCausalLM
+
+from decode import cli
+from decode.errors import UserError
+from decode.feature_head import FeatureHead, default_layers, layer_config
+from decode.shapes import SHAPES, shape_config
+from distill.collect import CollectConfig
+from distill.train import engine, flops, head, job, loop
+from distill.train.data import batch_tokens
+from distill.train.designs import apply_freeze
+
+RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "gpu-8b.yaml"
+DESIGNS = {"standalone": "standalone", "head": "feature_head"}
+BATCHES = 4  # distinct synthetic batches, cycled: the host makes them once, before timing
+
+
+@dataclass
+class SpeedConfig:
+    shape: str = field(default="8b", metadata={"help": f"the target's shape: {' | '.join(SHAPES)} (decode/shapes.py)"})
+    design: str = field(default="standalone", metadata={"help": "standalone (the recipe's layers at full width) | "
+                        "head (a feature head reading 3 feature layers)"})
+    steps: int = field(default=20, metadata={"help": "timed optimizer steps, after the warm-up"})
+    warmup: int = field(default=loop.WARMUP_STEPS, metadata={"help": "untimed steps first (compile, first kernels, "
+                        "optimizer state), as training leaves them out of its tokens/s"})
+    batch_tokens: int = field(default=-1, metadata={"help": "padded tokens a micro-batch; -1 = what training uses "
+                              "here (--batch-tokens auto: a token budget on CUDA; on CPU, where training batches "
+                              "--batch-size sequences, that many sequences)"})
+    prompt_len: int = field(default=128, metadata={"help": "prompt tokens of a synthetic sequence"})
+    response_len: int = field(default=384, metadata={"help": "response tokens (trained positions) of a synthetic "
+                              "sequence; lengths vary by up to 1/8 below, as length-bucketed batches do"})
+    ttt_steps: int = field(default=job.TrainConfig.ttt_steps, metadata={"help": "head: training-time test steps"})
+    compile: str = field(default="auto", metadata={"help": "torch.compile the layers: on | off | auto (as training: "
+                         "engine.use_compile)"})
+    out: str = field(default="", metadata={"help": "also write the JSON result here"})
+    seed: int = field(default=0, metadata={"help": "weights and synthetic data"})
+
+    def __post_init__(self):
+        if self.shape not in SHAPES:
+            raise UserError(f"--shape must be one of {', '.join(SHAPES)}, got {self.shape!r}")
+        if self.design not in DESIGNS:
+            raise UserError(f"--design must be one of {', '.join(DESIGNS)}, got {self.design!r}")
+        for name, low in (("steps", 1), ("warmup", 0), ("prompt_len", 1), ("response_len", 2), ("ttt_steps", 1),
+                          ("batch_tokens", -1)):
+            if getattr(self, name) < low:
+                raise UserError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(self, name)}")
+
+
+def train_config(s: SpeedConfig) -> job.TrainConfig:
+    """The recipe (configs/train/gpu-8b.yaml) with this run's design, batch, compile, and --precision auto (its bf16
+    on CUDA; float32 on CPU, where bf16 autocast is not what training uses)."""
+    return cli.parse(job.TrainConfig, ["--config", str(RECIPE), "--design", DESIGNS[s.design], "--precision", "auto",
+                                       "--compile", s.compile, "--batch-tokens", str(s.batch_tokens),
+                                       "--ttt-steps", str(s.ttt_steps), "--seed", str(s.seed), "--report-to", "none"])
+
+
+# --- the draft, from the shape
+
+
+def build(cfg: job.TrainConfig, shape: str, device: torch.device):
+    """(the draft with random float32 weights on `device`, frozen as the recipe says, its flops.DraftShape)."""
+    target = shape_config(shape)
+    vocab = int(cfg.vocab) if cfg.vocab != "full" else target.vocab_size
+    with torch.device(device):
+        if cfg.design == "feature_head":
+            model = FeatureHead(layer_config(target), default_layers(target.num_hidden_layers), list(range(vocab)))
+            head.freeze_head(model, cfg.freeze)
+            return model.float(), flops.head_shape(model, cfg.ttt_steps)
+        c = copy.deepcopy(target)
+        c.num_hidden_layers, c.vocab_size = cfg.layers, vocab
+        model = LlamaForCausalLM(c).float()
+    apply_freeze(model, cfg.freeze)
+    return model, flops.standalone_shape(model)
+
+
+# --- synthetic batches, shaped as batches.collate's
+
+
+def synthetic_batch(g: torch.Generator, sequences: int, prompt: int, response: int, vocab: int, topk: int,
+                    features: torch.Tensor | None = None) -> dict:
+    """One right-padded micro-batch: input_ids, attention_mask (B, T), sel (N,) the response positions, topk_ids
+    (N, k) distinct ids, topk_logprobs (N, k) float16 descending (the rest of the mass in the tail), labels (N,) the
+    teacher's top token; with `features` (T_max, F) bf16 random rows, features (B, T, F) bf16 whose every sequence
+    starts with those rows (random numbers for 16k tokens x 12,288 features would take the host seconds)."""
+    resp = response - torch.randint(0, max(1, response // 8), (sequences,), generator=g)  # (B,) response lengths
+    lens = prompt + resp - 1  # inputs: prompt + response[:-1]
+    T = int(lens.max())
+    mask = (torch.arange(T)[None] < lens[:, None]).long()
+    ids = torch.randint(0, vocab, (sequences, T), generator=g) * mask
+    sel = torch.cat([b * T + prompt - 1 + torch.arange(int(n)) for b, n in enumerate(resp)])
+    N = len(sel)
+    top = (torch.randint(0, vocab, (N, 1), generator=g) + torch.arange(topk)) % vocab  # distinct in a row
+    lp = torch.log_softmax(torch.randn(N, topk + 1, generator=g) * 2, -1).sort(-1, descending=True).values[:, :topk]
+    out = {"input_ids": ids, "attention_mask": mask, "sel": sel, "topk_ids": top, "topk_logprobs": lp.half(),
+           "labels": top[:, 0].clone()}
+    if features is not None:
+        out["features"] = features[:T].expand(sequences, T, -1).clone()
+        out["features"][~mask.bool()] = 0  # zero-padded, as collate pads
+    return out
+
+
+def batch_shape(cfg: job.TrainConfig, s: SpeedConfig) -> tuple[int, int]:
+    """(token budget a micro-batch, sequences a micro-batch): the budget training resolves here (data.batch_tokens),
+    or TrainConfig's --batch-size default of sequences where that is off (CPU)."""
+    budget = batch_tokens(cfg)
+    length = s.prompt_len + s.response_len - 1
+    if budget:
+        return budget, max(1, budget // length)
+    sequences = job.TrainConfig.batch_size
+    return sequences * length, sequences
+
+
+def feed(batches: list[dict]):
+    i = 0
+    while True:
+        yield batches[i % len(batches)]
+        i += 1
+
+
+# --- the run
+
+
+def measure(s: SpeedConfig) -> dict:
+    cfg = train_config(s)
+    job.quiet_third_party()
+    accelerator = job.make_accelerator(cfg)
+    job.prepare_zero3(cfg, accelerator)
+    torch.manual_seed(s.seed)
+    model, shape = build(cfg, s.shape, accelerator.device)
+    student, optimizer, params = engine.make_engine(cfg, accelerator, model)
+    width = model.config.hidden_size
+    for g in optimizer.param_groups:
+        g["lr"] = job.peak_lr(cfg, width)
+    budget, sequences = batch_shape(cfg, s)
+    gen = torch.Generator().manual_seed(s.seed + accelerator.process_index)
+    topk = CollectConfig.topk
+    length = s.prompt_len + s.response_len
+    feature_rows = torch.randn(length, shape.features, generator=gen).bfloat16() if shape.features else None
+    made = [synthetic_batch(gen, sequences, s.prompt_len, s.response_len, shape.vocab, topk, feature_rows)
+            for _ in range(BATCHES)]
+    if accelerator.device.type == "cuda":  # as the trainer's DataLoader hands them over
+        made = [{k: v.pin_memory() for k, v in b.items()} for b in made]
+    run = loop.Run(cfg, accelerator, student, optimizer, params, None, None, None, "", Path(tempfile.gettempdir()),
+                   None)
+    cuda = accelerator.device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(accelerator.device)) if cuda else (lambda: None)
+    bf16 = cuda and accelerator.mixed_precision == "bf16"
+    peak = loop.peak_flops(torch.cuda.get_device_name(accelerator.device)) if bf16 else None
+    speed = loop.Throughput(accelerator.num_processes, shape, peak, warmup=s.warmup, sync=sync)
+    source, rows, timed = feed(made), [], flops.StepTokens()
+    t0 = None
+    for step in range(s.warmup + s.steps):
+        if step == s.warmup:
+            sync()
+            t0 = time.perf_counter()
+        row, _, tokens = loop.train_step(run, source, step)
+        speed.add(tokens)
+        rows.append(row)
+        if step >= s.warmup:
+            timed.add(tokens)
+    values = torch.stack(rows).tolist()  # the one read of the device: waits for the last step
+    seconds = time.perf_counter() - t0
+    trained_per_s, more = speed.read()
+    if any(v[1] > 0 for v in values):
+        raise UserError(f"a step's loss or gradients were not finite (losses {[round(v[0], 4) for v in values]})")
+    ds = accelerator.state.deepspeed_plugin
+    return {"shape": s.shape, "design": s.design, "device": device_name(accelerator.device),
+            "processes": accelerator.num_processes, "deepspeed": f"zero{ds.zero_stage}" if ds else None,
+            "precision": accelerator.mixed_precision, "compile": engine.use_compile(cfg, accelerator), "steps": s.steps,
+            "warmup": s.warmup, "batch_tokens": budget, "sequences": sequences,
+            "input_tokens_per_s": more["train/input_tokens_per_s"], "tokens_per_s": round(trained_per_s, 1),
+            "mfu": more.get("train/mfu"), "peak_flops": peak,
+            "flops_per_step": flops.train_flops(shape, timed)["total"] // s.steps, "seconds": round(seconds, 3),
+            "params": sum(p.numel() for p in model.parameters()), "trainable_params": sum(p.numel() for p in params),
+            "loss": round(values[-1][0], 5)}
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)"
+
+
+def run(s: SpeedConfig, argv: list[str]) -> dict:
+    from accelerate import PartialState
+
+    r = measure(s)
+    if PartialState().is_main_process:
+        mfu = f", MFU {r['mfu']:.1%}" if r["mfu"] is not None else " (MFU: no bf16 peak known for this device)"
+        print(f"speed: {r['design']} draft of the {r['shape']} shape on {r['device']} ({r['deepspeed'] or 'plain'}, "
+              f"{r['processes']} process(es)): {r['tokens_per_s']:,.0f} trained tok/s, "
+              f"{r['input_tokens_per_s']:,.0f} input tok/s{mfu}")
+        if s.out:
+            Path(s.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(s.out).write_text(json.dumps(r, indent=2) + "\n")
+        print(json.dumps(r))
+    return r
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return cli.run_job(SpeedConfig, run, argv, __doc__)[1]
+
+
+if __name__ == "__main__":
+    main()
