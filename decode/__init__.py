@@ -1,8 +1,16 @@
 """The bundled speculative decoder: torch + transformers only (never distill/, accelerate, deepspeed, wandb)."""
 
+from decode.drafting.sampling import SamplingParams
+from decode.drafting.speculative import (
+    Stats,
+    accept,
+    accept_greedy,
+    accept_sampled,
+    generate,
+    propose,
+    verify,
+)
 from decode.options import DecodeOptions
-from decode.sampling import SamplingParams
-from decode.speculative import Stats, accept, accept_greedy, accept_sampled, generate, propose, verify
 
 __all__ = [
     "DecodeOptions",

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from decode.drafting.sampling import SamplingParams
 from decode.errors import UserError
-from decode.sampling import SamplingParams
-from decode.smallgemm import WEIGHTS
+from decode.runners.smallgemm import WEIGHTS
 
 SCHEDULES = ("constant", "heuristic", "dynamic")
 DEFAULT_CONFIDENCE = 0.4  # dynamic schedule: stop drafting once the draft's top probability falls below this
@@ -35,15 +35,15 @@ class DecodeOptions:
     confidence: float = field(default=DEFAULT_CONFIDENCE, metadata={"help": "dynamic schedule: stop drafting once the "
                                                                           "draft's top probability falls below this"})
     lookup: int = field(default=0, metadata={"help": "also propose from the context when its last N tokens occurred "
-                                                     "before (decode.lookup; 0 = off)"})
+                                                     "before (decode.drafting.lookup; 0 = off)"})
     lookup_tokens: int = field(default=0, metadata={"help": "tokens per lookup proposal (0 = γ); they cost no draft "
                                                             "forward, so more than γ usually pays"})
     tree_nodes: int = field(default=0, metadata={"help": "draft a token tree of up to N nodes and γ levels each "
-                                                         "round, verified in one target forward (decode.tree; 0 = a "
+                                                         "round, verified in one target forward (decode.drafting.tree; 0 = a "
                                                          "chain of γ)"})
     draft_weights: str = field(default="float32", metadata={"help": "float32 | float16 | int8: a llama-family draft "
                                                                     "runs with weights stored so on CPU "
-                                                                    "(decode.smallgemm: a cheaper draft step)"})
+                                                                    "(decode.runners.smallgemm: a cheaper draft step)"})
     temperature: float = field(default=0.0, metadata={"help": "0 = greedy (the output is the target's, token for "
                                                               "token)"})
     top_k: int = field(default=0, metadata={"help": "sample among the k most likely tokens (0 = off)"})

@@ -3,10 +3,10 @@
     python -m distill.gpu_check --out runs/gpu-check                  # Llama-3.1-8B's shape, bf16, one GPU: 8 min at most
     python -m distill.gpu_check --out runs/gpu-check-tiny --shape tiny  # the same steps on a 4 x 256 shape (CPU dry run)
 
-Run it in the repository root (it runs configs/ files). It writes OUT/target: the shape's config.json (decode.shapes:
+Run it in the repository root (it runs configs/ files). It writes OUT/target: the shape's config.json (decode.models.shapes:
 8b is Llama-3.1-8B's 32 layers x 4096, GQA 32/8, FFN 14336, llama3 RoPE, untied head, bf16, with the default
 tokenizer's 49,152 ids) and the default target's tokenizer files ($SPECDISTILL_GPU_TOKENIZER when set: the offline
-GPU machine's carried copy; else decode.targets' `default`). Then each step runs in its own process, with a timeout
+GPU machine's carried copy; else decode.models.targets' `default`). Then each step runs in its own process, with a timeout
 (BUDGETS: the 8b steps sum to 8 minutes), on random weights (`--load-format dummy`, built on the GPU):
 
   decoder    decode.bench with a 2-layer cut of the target as draft: the target alone (tok/s, % of the rate at which
@@ -40,7 +40,7 @@ from transformers import LlamaConfig
 
 from decode import cli
 from decode.errors import UserError
-from decode.shapes import SHAPES, shape_config
+from decode.models.shapes import SHAPES, shape_config
 
 REPO = Path(__file__).resolve().parents[1]
 HELDOUT = REPO / "distill" / "data" / "heldout.jsonl"
@@ -81,7 +81,7 @@ def tokenizer_dir() -> Path:
             raise UserError(f"SPECDISTILL_GPU_TOKENIZER={env} holds no tokenizer.json; point it at the default "
                             "target's tokenizer files")
         return Path(env)
-    from decode.targets import resolve
+    from decode.models.targets import resolve
 
     return Path(resolve("default"))
 
@@ -218,7 +218,7 @@ def step_rows(name: str, status: str, seconds: float, reads: dict, dev: str, log
 def run(cfg: GpuCheckConfig, argv=None) -> list[dict]:
     out = Path(cfg.out).resolve()
     dev, rows = device_name(), []
-    dtype = "bfloat16" if torch.cuda.is_available() else "float32 (--dtype auto on CPU)"  # decode.targets.parse_dtype
+    dtype = "bfloat16" if torch.cuda.is_available() else "float32 (--dtype auto on CPU)"  # decode.models.targets.parse_dtype
     t0 = time.perf_counter()
     c = write_target(out / "target", cfg.shape, tokenizer_dir())
     n = c.num_hidden_layers * (4 * c.hidden_size * c.head_dim * (c.num_attention_heads + c.num_key_value_heads) // 2

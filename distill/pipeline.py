@@ -20,7 +20,7 @@ continues training from its last checkpoint, and re-evaluates. Stage settings ar
 distill.evaluate defaults); the pipeline only wires their inputs and outputs together.
 
 `--load-format dummy` (a --target folder with only config.json and tokenizer files will do) times a real shape
-with random weights: the random target is written once to RUN/target (decode.targets.save_dummy, the collect
+with random weights: the random target is written once to RUN/target (decode.models.targets.save_dummy, the collect
 stage's dtype and device) and every stage loads that folder, so collection, training (which reads the tensors
 its draft keeps from the target's files) and evaluation all see the same weights.
 """
@@ -38,10 +38,11 @@ from pathlib import Path
 import yaml
 from transformers import AutoConfig
 
-from decode import cli, targets
+from decode import cli
 from decode.errors import UserError
-from decode.runners import sliding_window
-from decode.targets import check_load_format, load_format_field, load_tokenizer, resolve
+from decode.models import targets
+from decode.models.targets import check_load_format, load_format_field, load_tokenizer, resolve
+from decode.runners.hf import sliding_window
 from distill import collect, evaluate, onpolicy, train
 from distill.collect import self_prompts, shards, vllm_engine
 from distill.collect.job import SETTINGS_SINCE
@@ -291,7 +292,7 @@ def train_one(cfg: PipelineConfig, out: Path, t, command: str) -> None:
 
 def ship(out: Path, result: dict) -> dict | None:
     """Copy the draft with the highest measured speedup to RUN/draft (what publish takes) when its greedy output was
-    lossless by decode.lossless's rule for the target's dtype: token for token in float32; in bf16/fp16 up to
+    lossless by decode.drafting.lossless's rule for the target's dtype: token for token in float32; in bf16/fp16 up to
     near-ties of the target's logits within the calibrated ε (counted in `excused_divergences`). A divergence
     outside ε, or a run not checked (sampling), ships nothing, and says why.
 

@@ -1,5 +1,5 @@
 """The default target's forward of 1, 3, 5 and 7 tokens after a 128-token context, each layer's RoPE, cache write and
-attention in the kernel module's one call (decode/csrc/attention.cpp) against torch's ops, interleaved in one
+attention in the kernel module's one call (decode/runners/csrc/attention.cpp) against torch's ops, interleaved in one
 process, median of R rounds after 3 of warm-up (docs/results.md, issue 40). Prints each path's ms, its v (n tokens
 against its own one token) and the fused path's time against torch's at each n.
 
@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from decode.runner_choice import runner_for
-from decode.targets import load_model
+from decode.models.targets import load_model
+from decode.runners.choice import runner_for
 
 R = int(sys.argv[1]) if len(sys.argv) > 1 else 19
 ROWS = (1, 3, 5, 7)

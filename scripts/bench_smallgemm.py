@@ -1,4 +1,4 @@
-"""decode.smallgemm's builds against torch's matmul on the default target's 121 float32 matmuls (docs/results.md,
+"""decode.runners.smallgemm's builds against torch's matmul on the default target's 121 float32 matmuls (docs/results.md,
 issue 40): one thread (a busy 2-core box preempts a 2-thread pass mid-way; one thread gives the steadier ratio),
 M = 1..5 rows (ROWS), every path interleaved in one process, median of R passes, each path's ratio to its own first row count (one row).
 Each build runs twice: without software prefetch and with it (`+pf`: smallgemm.PREFETCH_BYTES ahead), the two
@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from decode import smallgemm
-from decode.targets import load_model
+from decode.models.targets import load_model
+from decode.runners import smallgemm
 
 threads = int(os.environ.get("THREADS", "1"))
 torch.set_num_threads(threads)

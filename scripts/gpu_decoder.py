@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from decode.bench import BenchConfig, encode_all, measure_many, summary
+from decode.models.targets import load_draft, load_target
 from decode.prompts import read_prompts
-from decode.targets import load_draft, load_target
 
 HELDOUT = Path(__file__).resolve().parents[1] / "distill" / "data" / "heldout.jsonl"
 

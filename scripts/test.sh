@@ -9,9 +9,9 @@ bash scripts/setup.sh
 python -m ruff check .
 # build once what both passes and every worker would otherwise race to build: the default target's safetensors
 # conversion and the CPU verification kernel of every instruction set this CPU runs (the tests use each)
-python -c 'from decode.targets import resolve; resolve("default")' &
-for isa in $(python -c 'from decode import smallgemm; print(*smallgemm.runnable_isas())'); do
-    python -c "from decode import smallgemm; assert smallgemm.kernel('$isa') is not None, '$isa did not build'" &
+python -c 'from decode.models.targets import resolve; resolve("default")' &
+for isa in $(python -c 'from decode.runners import smallgemm; print(*smallgemm.runnable_isas())'); do
+    python -c "from decode.runners import smallgemm; assert smallgemm.kernel('$isa') is not None, '$isa did not build'" &
 done
 wait
 PARALLEL=(-n "${SPECDISTILL_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder --durations=30)

@@ -3,7 +3,7 @@
 Greedy decoding emits the target's own output y_0, y_1, ..., and a round's draft always sees the true prefix, so
 the draft's rank of y_{t+i} at depth i + 1 of a round starting at t is the rank of y_{t+i} in the draft's
 distribution after y_0..y_{t+i-1}: one draft forward over prompt + output gives every rank. A tree in which each
-parent keeps a prefix of its draft-ranked children (decode.tree's trees, EAGLE-2's top-k expansion) accepts a
+parent keeps a prefix of its draft-ranked children (decode.drafting.tree's trees, EAGLE-2's top-k expansion) accepts a
 depths only if it holds the path of ranks r_t..r_{t+a-1}, which takes sum(r + 1) nodes. So per round:
 
     chain γ:            a = the leading zero ranks, at most γ
@@ -23,12 +23,12 @@ import functools
 import torch
 
 from decode.bench import encode_all
-from decode.draft_folder import VocabMap
-from decode.feature_head import FeatureHead
+from decode.drafting.speculative import generate
+from decode.models.draft_folder import VocabMap
+from decode.models.feature_head import FeatureHead
+from decode.models.targets import eos_ids, load_draft, load_target
 from decode.options import DecodeOptions
-from decode.runner_choice import runner_for
-from decode.speculative import generate
-from decode.targets import eos_ids, load_draft, load_target
+from decode.runners.choice import runner_for
 from distill.prompts import load_prompts
 
 NEVER = 10**6  # rank of a token outside the draft's vocabulary: no tree holds it

@@ -42,7 +42,7 @@ ARCHITECTURES = {
 
 # Targets as GPU users bring them, saved in bfloat16 (name -> model_type and its settings): Llama-3.x (llama3 RoPE,
 # grouped-query attention, untied head), a Llama with default RoPE and GQA (the copy circuit's case) and a Qwen2.
-# Greedy output is judged by the low-precision rule there (decode/lossless.py), exact in float32.
+# Greedy output is judged by the low-precision rule there (decode/drafting/lossless.py), exact in float32.
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 BF16 = {

@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from decode.runners import HFRunner
+from decode.runners.hf import HFRunner
 
 TINY_VOCAB = 97
 
@@ -170,7 +170,7 @@ class ListCache:
 class TableLM(HFRunner):
     """A second-order Markov "language model" as a runner: logits after (a, b) are table[a, b].
 
-    Subclasses HFRunner only so that decode.runner_choice.runner_for passes it through unchanged. The logits read the
+    Subclasses HFRunner only so that decode.runners.choice.runner_for passes it through unchanged. The logits read the
     context from the cache, so a cache that is rolled back wrongly changes the output distribution.
     """
 
@@ -187,7 +187,7 @@ class TableLM(HFRunner):
     def forward(self, ids: list[int], cache: ListCache, keep: int, tree=None) -> torch.Tensor:
         cache.tokens.extend(ids)
         c, n = cache.tokens, len(cache.tokens)
-        if tree is not None:  # a token tree (decode.tree): each row's context is what its mask row sees
+        if tree is not None:  # a token tree (decode.drafting.tree): each row's context is what its mask row sees
             seen = [[c[j] for j in row.nonzero().flatten().tolist()] for row in tree[1]]
             return torch.stack([self.table[s[-2], s[-1]] for s in seen[len(ids) - keep:]])
         return torch.stack([self.table[c[i - 1], c[i]] for i in range(n - keep, n)])
@@ -275,7 +275,7 @@ def tiny_collected(tmp_path_factory):
 
     from transformers import GenerationConfig
 
-    from decode.targets import load_tokenizer
+    from decode.models.targets import load_tokenizer
     from distill.collect import CollectConfig, run
 
     root = tmp_path_factory.mktemp("tiny_collected")

@@ -15,9 +15,10 @@ from transformers import AutoModelForCausalLM
 
 from decode import DecodeOptions, generate
 from decode.errors import UserError
-from decode.layer_cut import draft_from_layers
-from decode.runners import FastLlama, sliding_window
-from decode.targets import load_tokenizer
+from decode.models.layer_cut import draft_from_layers
+from decode.models.targets import load_tokenizer
+from decode.runners.fast import FastLlama
+from decode.runners.hf import sliding_window
 from distill import pipeline
 from distill.train import copy_circuit
 from distill.train.designs import DraftDesign
@@ -56,7 +57,7 @@ def test_decoder_is_lossless_and_the_target_as_draft_accepts_everything(arch, ta
         assert out == want, f"γ={gamma}: a two-layer cut as draft"
     out, stats = generate(target, target, PROMPT, N_NEW, DecodeOptions(gamma=3))
     assert out == want and stats.accepted == stats.proposed > 0
-    if not sliding_window(target.config):  # a token tree through the model's own 4D-mask path (decode.tree)
+    if not sliding_window(target.config):  # a token tree through the model's own 4D-mask path (decode.drafting.tree)
         out, stats = generate(target, cut, PROMPT, N_NEW, DecodeOptions(gamma=3, tree_nodes=5))
         assert out == want and stats.tree_rounds > 0, "a 5-node tree with the two-layer cut"
 

@@ -72,7 +72,7 @@ def _rows() -> list[dict]:
 def test_arrow_examples_collate_exactly_as_the_list_examples(tmp_path):
     import torch
 
-    from decode.draft_folder import VocabMap
+    from decode.models.draft_folder import VocabMap
 
     ds = _dataset(_rows(), tmp_path)
     with pytest.warns(UserWarning, match="1 of 5 responses"):

@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from decode.errors import UserError
-from decode.targets import load_tokenizer
+from decode.models.targets import load_tokenizer
 from distill.collect import CollectConfig, job, main, run, shards, vllm_engine
 from distill.collect.shards import load_collected, shard_dirs
 from distill.prompts import load_prompts

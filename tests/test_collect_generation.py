@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from decode.graphs import GraphLlama
-from decode.sampling import SamplingParams
+from decode.drafting.sampling import SamplingParams
+from decode.runners.graphs import GraphLlama
 from distill.collect import generation, llama_steps
 from distill.collect.generation import generate_batch
 

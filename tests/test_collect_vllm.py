@@ -17,9 +17,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from decode.drafting.sampling import SamplingParams
 from decode.errors import UserError
-from decode.sampling import SamplingParams
-from decode.targets import load_tokenizer
+from decode.models.targets import load_tokenizer
 from distill.collect import CollectConfig, main, run, vllm_engine
 from distill.collect.bench import near_tie_only
 from distill.collect.generation import generate_batch
@@ -161,7 +161,7 @@ def test_vllm_serves_a_dummy_target_from_the_folder_its_random_weights_are_writt
     _collect(tmp_path / "vllm", prompts, target_dir, engine="vllm", load_format="dummy", limit=3)
     assert served == [tmp_path / "vllm" / "target"] and any(served[0].glob("*.safetensors"))
     a, b = _rows(tmp_path / "hf"), _rows(tmp_path / "vllm")
-    assert a == b  # the same random weights (decode.targets' seed) in both engines
+    assert a == b  # the same random weights (decode.models.targets' seed) in both engines
     assert json.loads((served[0] / "specdistill_source.json").read_text())["dummy"] == str(target_dir)
 
 

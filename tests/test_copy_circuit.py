@@ -12,10 +12,10 @@ import random
 import pytest
 import torch
 
+from decode.drafting.speculative import generate
 from decode.errors import UserError
+from decode.models.targets import load_draft
 from decode.options import DecodeOptions
-from decode.speculative import generate
-from decode.targets import load_draft
 from distill.train import copy_circuit
 from distill.train.designs import DraftDesign, build_draft
 
@@ -145,8 +145,8 @@ def test_saved_circuit_draft_reloads_and_stays_lossless(draft, tiny_llama, tiny_
 
 def test_decoder_fast_path_computes_the_circuit(draft):
     """The decoder's lean llama forward (biases, head_dim apart from hidden/heads, untied head) equals HF's."""
-    from decode.runner_choice import runner_for
-    from decode.runners import FastLlama
+    from decode.runners.choice import runner_for
+    from decode.runners.fast import FastLlama
 
     wide = copy_circuit.add_copy_circuit(draft, _seqs(), sink_id=1)
     assert isinstance(runner_for(wide), FastLlama)

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from decode import SamplingParams, Stats, accept, accept_greedy, accept_sampled
+from decode.drafting.sampling import logits_to_probs
+from decode.drafting.speculative import Schedule
 from decode.errors import UserError
-from decode.sampling import logits_to_probs
-from decode.speculative import Schedule
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

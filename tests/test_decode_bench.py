@@ -12,7 +12,7 @@ pytestmark = pytest.mark.usefixtures("torch_single_thread")
 RESULT_KEYS = set(
     "target draft device dtype prompts max_new_tokens temperature gamma schedule baseline speculative hf_assisted"
     " speedup speedup_vs_hf_assisted lossless per_category cost_model"
-    " hf_generate lossless_rule epsilon excused_divergences excused_margins".split()  # decode.lossless's verdict
+    " hf_generate lossless_rule epsilon excused_divergences excused_margins".split()  # decode.drafting.lossless's verdict
 )
 SPEC_KEYS = set(
     "tokens seconds tokens_per_s acceptance_rate tau target_forwards draft_forwards accept_histogram".split()
@@ -67,14 +67,14 @@ def test_bench_result_schema_and_lossless(tmp_path, tiny_llama, tiny_tokenizer, 
     assert r["hf_assisted"]["outputs_matching_target"] == 3 and r["hf_assisted"]["tokens"] == s["tokens"]
     assert set(r["per_category"]) == {"chat", "code"} and r["per_category"]["chat"]["prompts"] == 2
     assert r["cost_model"]["alpha"] == s["acceptance_rate"]
-    # v at every γ the cost model may read (paired with one-token forwards, decode.latency.verify_ratio), and which
+    # v at every γ the cost model may read (paired with one-token forwards, decode.bench.latency.verify_ratio), and which
     # matmul the target took for single tokens and prompts on this machine
     assert {"1", "2", "3", "4", "5", "6", "8"} <= set(r["cost_model"]["v"]) and min(r["cost_model"]["v"].values()) > 0
     assert set(r["cost_model"]["target_matmul"]) == {"one_token", "prompt", "verify", "kernel_isa",
                                                      "kernel_prefetch_bytes"}
     ir = r["cost_model"]["in_run"]  # c and v from the run's own forward timings, and the model's prediction with them
     assert set(ir) == {"c", "v", "target_forward_ms", "predicted_speedup"} and min(ir.values()) > 0
-    from decode import costmodel
+    from decode.bench import costmodel
 
     assert ir["predicted_speedup"] == pytest.approx(
         costmodel.speedup(r["cost_model"]["alpha_iid"], r["gamma"], ir["c"], ir["v"]), abs=2e-4)
@@ -85,7 +85,7 @@ def test_bench_result_schema_and_lossless(tmp_path, tiny_llama, tiny_tokenizer, 
 def test_bench_hf_assisted_stops_at_the_same_eos_as_ours(tmp_path, tiny_llama, tiny_tokenizer):
     """The tokenizer's EOS is not in the model's generation_config: both decoders must still stop at it.
 
-    decode.targets.eos_ids adds the tokenizer's EOS for our decoder, so transformers must be given the same ids,
+    decode.models.targets.eos_ids adds the tokenizer's EOS for our decoder, so transformers must be given the same ids,
     or it runs past the EOS and its tokens/s and outputs_matching_target compare different outputs.
     """
     target, prompts, _ = _folders(tmp_path, tiny_llama, tiny_tokenizer, eos_in_generation_config=False)

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from decode import costmodel
+from decode.bench import costmodel
 
 
 @pytest.mark.parametrize("gamma", [1, 2, 4, 8])

@@ -9,9 +9,9 @@ Two deliberately broken samplers must fail the same test, so a pass means someth
 import pytest
 import torch
 
-import decode.speculative as spec
+import decode.drafting.speculative as spec
 from decode import DecodeOptions, SamplingParams, generate
-from decode.sampling import logits_to_probs, sample
+from decode.drafting.sampling import logits_to_probs, sample
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -89,7 +89,7 @@ def test_speculative_sampling_matches_target_distribution(pair, sampling, schedu
                                              (SamplingParams(temperature=0.8, top_k=5, top_p=0.9), 6)],
                          ids=["t1-tree4", "topk-topp-tree6"])
 def test_token_tree_sampling_matches_target_distribution(pair, sampling, nodes, chi2_test):
-    """Trees drawn without replacement, verified by recursive rejection sampling (decode.tree.walk_sampled)."""
+    """Trees drawn without replacement, verified by recursive rejection sampling (decode.drafting.tree.walk_sampled)."""
     target, draft = pair
     counts = sample_joint(target, draft, sampling, 4000, seed=6, tree_nodes=nodes)
     stat, threshold = chi2_test(counts, exact_joint(target, sampling))

@@ -10,8 +10,8 @@ import torch
 
 from decode import bench
 from decode.errors import UserError
+from decode.models.targets import check_tokenizers, load_draft, load_model, parse_dtype, parse_layers, resolve
 from decode.prompts import check_context, encode_prompt, read_prompts
-from decode.targets import check_tokenizers, load_draft, load_model, parse_dtype, parse_layers, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 

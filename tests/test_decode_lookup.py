@@ -1,4 +1,4 @@
-"""Context lookup (decode.lookup): what it proposes, and that decoding with it stays exact.
+"""Context lookup (decode.drafting.lookup): what it proposes, and that decoding with it stays exact.
 
 Lookup proposals are drafts with a one-hot q, so greedy output must equal the target alone token for token
 (here with prompts that repeat, so lookups happen and are partly rejected), and the draft's KV cache must stay
@@ -9,8 +9,9 @@ test_decode_distribution.py.
 import pytest
 import torch
 
-from decode import DecodeOptions, costmodel, generate
-from decode.lookup import continuation
+from decode import DecodeOptions, generate
+from decode.bench import costmodel
+from decode.drafting.lookup import continuation
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

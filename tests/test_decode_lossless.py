@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from decode import DecodeOptions, generate
-from decode.runner_choice import runner_for
-from decode.runners import FastLlama, HFRunner
+from decode.runners.choice import runner_for
+from decode.runners.fast import FastLlama
+from decode.runners.hf import HFRunner
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -220,7 +221,7 @@ def test_sliding_window_model_is_lossless(sliding_window, hf_greedy):
 
 @pytest.mark.parametrize("weights", ["float16", "int8"])
 def test_rounded_draft_weights_stay_lossless(tiny_llama, noisy_copy, weights):
-    """A float16- or int8-weight draft (decode.smallgemm) changes only acceptance, never the output."""
+    """A float16- or int8-weight draft (decode.runners.smallgemm) changes only acceptance, never the output."""
     accepted = 0
     for seed in range(4):
         target = tiny_llama(seed)

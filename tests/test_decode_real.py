@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from decode import DecodeOptions, generate
+from decode.models.targets import eos_ids as _eos_ids
+from decode.models.targets import load_draft, load_target
 from decode.prompts import encode_prompt, read_prompts
-from decode.targets import eos_ids as _eos_ids
-from decode.targets import load_draft, load_target
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,9 @@ after a cache, and for every chunk after a crop (the decoder's rollback).
 import pytest
 import torch
 
-from decode.runner_choice import runner_for
-from decode.runners import FastLlama, HFRunner, StaticCache
+from decode.runners.choice import runner_for
+from decode.runners.fast import FastLlama, StaticCache
+from decode.runners.hf import HFRunner
 
 ATOL = 1e-5
 

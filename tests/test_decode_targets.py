@@ -7,8 +7,9 @@ import re
 import pytest
 import torch
 
-import decode.targets as targets
-from decode import DecodeOptions, generate, layer_cut
+import decode.models.targets as targets
+from decode import DecodeOptions, generate
+from decode.models import layer_cut
 
 
 @pytest.fixture

@@ -1,16 +1,17 @@
-"""Token trees (decode.tree): the tree forward computes each path's chain logits on every runner, the caches keep
+"""Token trees (decode.drafting.tree): the tree forward computes each path's chain logits on every runner, the caches keep
 exactly the accepted path, greedy output is the target's own, and the refusals say why."""
 
 import pytest
 import torch
 
-import decode.speculative as spec
+import decode.drafting.speculative as spec
 from decode import DecodeOptions, generate
-from decode.draft_folder import VocabMap
+from decode.drafting.sampling import SamplingParams
+from decode.drafting.tree import TokenTree, grow, keep_rows, verify_mask, walk_greedy
 from decode.errors import UserError
-from decode.runners import FastLlama, HFRunner
-from decode.sampling import SamplingParams
-from decode.tree import TokenTree, grow, keep_rows, verify_mask, walk_greedy
+from decode.models.draft_folder import VocabMap
+from decode.runners.fast import FastLlama
+from decode.runners.hf import HFRunner
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decode import bench, generate, targets
+from decode import bench, generate
 from decode.errors import UserError
-from decode.targets import resolve_device
+from decode.models import targets
+from decode.models.targets import resolve_device
 from distill import evaluate
 from distill.collect import CollectConfig
 from distill.publish.job import PublishConfig
@@ -45,7 +46,7 @@ def test_bench_and_evaluate_hand_the_device_value_to_load_target(job, monkeypatc
         raise _Loaded
 
     if job == "bench":
-        monkeypatch.setattr(bench, "load_target", load_target)
+        monkeypatch.setattr(bench.job, "load_target", load_target)
         run = lambda: bench.run(bench.BenchConfig(limit=1))  # noqa: E731
     else:
         monkeypatch.setattr(evaluate.job, "load_target", load_target)

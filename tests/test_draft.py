@@ -12,9 +12,9 @@ import random
 import pytest
 import torch
 
+from decode.drafting.speculative import generate
 from decode.errors import UserError
 from decode.options import DecodeOptions
-from decode.speculative import generate
 from distill.train.designs import DraftDesign, apply_freeze, build_draft, describe, frequent_tokens
 from distill.train.prune import importance, prune
 
@@ -314,7 +314,7 @@ def test_reduced_vocab_keeps_the_target_rows(tiny_llama, tok, tied):
 
 
 def test_reduced_vocab_remaps_special_ids(tiny_collected):
-    from decode.targets import load_target
+    from decode.models.targets import load_target
     from distill.collect.shards import load_collected
 
     target, tok = load_target(tiny_collected.target, "float32")
@@ -420,7 +420,7 @@ def test_reduced_vocab_draft_is_lossless(tiny_llama, tok):
 
 
 def test_reduced_vocab_draft_is_lossless_on_the_real_tokenizer(tiny_collected):
-    from decode.targets import load_target
+    from decode.models.targets import load_target
     from distill.collect.shards import load_collected
 
     target, tok = load_target(tiny_collected.target, "float32")

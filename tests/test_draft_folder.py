@@ -1,4 +1,4 @@
-"""decode.draft_folder: the draft-folder format and the vocabulary map's one inversion."""
+"""decode.models.draft_folder: the draft-folder format and the vocabulary map's one inversion."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from decode import draft_folder
-from decode.draft_folder import META_FILE, VOCAB_MAP_FILE, VocabMap
 from decode.errors import UserError
+from decode.models import draft_folder
+from decode.models.draft_folder import META_FILE, VOCAB_MAP_FILE, VocabMap
 
 D2T = [7, 2, 9, 0]  # draft id j -> target id D2T[j], in a target vocabulary of 10
 

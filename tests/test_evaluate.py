@@ -10,7 +10,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from decode.errors import UserError
-from decode.targets import load_tokenizer
+from decode.models.targets import load_tokenizer
 from distill import evaluate
 from distill.train import checkpoints
 

@@ -1,4 +1,4 @@
-"""Feature heads (EAGLE-3 style, decode.feature_head) as drafts in decode.bench and distill.evaluate: measured like
+"""Feature heads (EAGLE-3 style, decode.models.feature_head) as drafts in decode.bench and distill.evaluate: measured like
 any draft (α, τ, c, v, cost model, per category, lossless) next to a standalone draft, with what does not apply to a
 head left out and said so (transformers' assisted generation, --draft-weights, the layer cut)."""
 
@@ -10,10 +10,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from decode import bench, draft_folder
+from decode import bench
 from decode.errors import UserError
-from decode.feature_head import FeatureHead, default_layers, layer_config
-from decode.targets import load_tokenizer
+from decode.models import draft_folder
+from decode.models.feature_head import FeatureHead, default_layers, layer_config
+from decode.models.targets import load_tokenizer
 from distill import evaluate, sweep
 from distill.collect import vllm_engine
 from distill.evaluate import job, plots, report, vllm_anchors

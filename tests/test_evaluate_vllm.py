@@ -129,9 +129,9 @@ def test_run_all_records_a_refused_setting_and_computes_speedups(monkeypatch):
 def test_real_vllm_anchor_child(tmp_path):
     """The real child process (three engine starts, ~2-3 min on 2 CPU cores): target alone, n-gram, and an untrained
     full-vocabulary layer cut of the default target; greedy speculation must reproduce the target's outputs."""
-    from decode.layer_cut import draft_from_layers
+    from decode.models.layer_cut import draft_from_layers
+    from decode.models.targets import eos_ids, load_target, resolve
     from decode.prompts import encode_prompt
-    from decode.targets import eos_ids, load_target, resolve
     from distill.prompts import load_prompts
 
     target, tok = load_target("default")

@@ -10,10 +10,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from decode.feature_head import FeatureHead, default_layers, is_head_folder, layer_config
+from decode.drafting.speculative import generate
+from decode.models.feature_head import FeatureHead, default_layers, is_head_folder, layer_config
 from decode.options import DecodeOptions
-from decode.runners import HFRunner
-from decode.speculative import generate
+from decode.runners.hf import HFRunner
 from distill.train.head import HeadStudent, target_features
 
 
@@ -55,7 +55,7 @@ def test_the_runners_capture_the_same_features(pair):
     target, head = pair
     ids = list(range(5, 17))
     want = target_features(target, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), head.feature_layers)[0]
-    from decode.runner_choice import runner_for
+    from decode.runners.choice import runner_for
     for r in (runner_for(target), HFRunner(target)):
         r.capture = tuple(head.feature_layers)
         r.forward(ids, r.new_cache(32), 1)
@@ -149,7 +149,7 @@ def _argv(tc: SimpleNamespace, out, *extra):
 @pytest.mark.slow
 @pytest.mark.parametrize("features", ["stored", "online"])
 def test_a_head_run_exports_a_folder_that_decodes_losslessly(tiny_collected, tmp_path, features, capsys):
-    from decode.targets import load_draft, load_target
+    from decode.models.targets import load_draft, load_target
 
     out = tmp_path / "run"
     _train(_argv(tiny_collected, out, "--features", features))

@@ -1,4 +1,4 @@
-"""A feature head's folder (decode.feature_head, FeatureHead.save) is the speculators eagle3 format, for real.
+"""A feature head's folder (decode.models.feature_head, FeatureHead.save) is the speculators eagle3 format, for real.
 
     speculators     (vllm-marked: the `speculators` package lives in .venv-vllm, scripts/setup.sh) its own
                     SpeculatorModelConfig / Eagle3DraftModel load the folder with every field and tensor as ours,
@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from decode.feature_head import FeatureHead, default_layers, is_head_folder, layer_config
+from decode.models.feature_head import FeatureHead, default_layers, is_head_folder, layer_config
 from distill.publish import servable, vllm_check
 
 VLLM_PYTHON = os.environ.get("SPECDISTILL_VLLM_PYTHON", sys.executable)
@@ -220,8 +220,8 @@ def fitted_head(target, tokenizer, prompts: list[list[int]], max_tokens: int, st
     head rows) fitted for `steps` Adam steps on the target's own greedy continuations of `prompts`, step 0 only:
     it then drafts the next token right far more often than a random head (α 0), so α agreeing between vLLM and
     the bundled decoder says that both read the same features, token and positions."""
-    from decode.speculative import generate
-    from decode.targets import eos_ids
+    from decode.drafting.speculative import generate
+    from decode.models.targets import eos_ids
 
     cfg, vocab = target.config, 8192
     eos = eos_ids(target, tokenizer)
@@ -260,7 +260,7 @@ def fitted_head(target, tokenizer, prompts: list[list[int]], max_tokens: int, st
 def test_vllm_serves_a_feature_head_as_eagle3_losslessly(tmp_path, monkeypatch):
     """publish's vllm check on a head folder of the default target (4 held-out prompts × 32 tokens, γ = 3, float32):
     vLLM with the head emits exactly vLLM's target alone, and its α is the bundled decoder's within tolerance."""
-    from decode.targets import load_target, resolve
+    from decode.models.targets import load_target, resolve
 
     target, tok = load_target("default", "float32")
     prompts = vllm_check.check_prompts(tok, 4)

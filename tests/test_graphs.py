@@ -1,6 +1,6 @@
-"""decode.graphs: the GPU decoder's static-shape forward, run eagerly on the CPU (graphs=False), against FastLlama's
+"""decode.runners.graphs: the GPU decoder's static-shape forward, run eagerly on the CPU (graphs=False), against FastLlama's
 eager forward and HF: positions from a device tensor, the whole-buffer mask, K/V written in place, rollback by a
-length change, fused q|k|v and gate|up, the buffer pool. A CUDA graph replays exactly this body (decode.graphs)."""
+length change, fused q|k|v and gate|up, the buffer pool. A CUDA graph replays exactly this body (decode.runners.graphs)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import gc
 import pytest
 import torch
 
-from decode import speculative
-from decode.graphs import MAX_GRAPH_TOKENS, MIN_CAPACITY, GraphLlama, capacity_for
+from decode.drafting import speculative
+from decode.drafting.tree import keep_rows, level_inputs, verify_mask
 from decode.options import DecodeOptions
-from decode.runners import FastLlama
-from decode.tree import keep_rows, level_inputs, verify_mask
+from decode.runners.fast import FastLlama
+from decode.runners.graphs import MAX_GRAPH_TOKENS, MIN_CAPACITY, GraphLlama, capacity_for
 
 FAST_FORWARD = FastLlama.forward
 
@@ -50,7 +50,7 @@ def test_static_steps_match_fastllama_after_a_prompt_and_a_rollback(pair):
 
 
 def test_tree_forwards_take_the_static_path_and_match_fastllama(pair, monkeypatch):
-    """A tree verification and a draft-style level whose rows see tree rows already in the cache (decode.tree):
+    """A tree verification and a draft-style level whose rows see tree rows already in the cache (decode.drafting.tree):
     the static forward (what a graph replays) gives FastLlama's logits, and keep() leaves the same cache."""
     graph, fast = pair
     eager = []

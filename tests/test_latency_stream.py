@@ -1,6 +1,6 @@
-"""decode.latency: the target's one-token step against streaming its weights once (cost_model.weight_stream_ms)."""
+"""decode.bench.latency: the target's one-token step against streaming its weights once (cost_model.weight_stream_ms)."""
 
-from decode import latency
+from decode.bench import latency
 
 
 def test_the_target_step_is_set_against_reading_its_weights_once(tiny_llama):

@@ -12,9 +12,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from decode import layer_cut
 from decode.errors import UserError
-from decode.targets import load_tokenizer
+from decode.models import layer_cut
+from decode.models.targets import load_tokenizer
 from distill.train.designs import DraftDesign, build_draft_from_files
 from distill.train.prune import PRUNE_TYPES, prune
 from tests.architectures import ARCHITECTURES, save_target

@@ -6,8 +6,9 @@ import json
 import pytest
 import torch
 
-from decode import bench, targets
+from decode import bench
 from decode.errors import UserError
+from decode.models import targets
 from distill import gpu_check
 
 
@@ -54,7 +55,7 @@ def test_bench_loads_a_config_only_target_with_load_format_dummy(tiny_shape, tmp
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "category": "chat", "prompt": "t3 t4 t5 t6"}) + "\n")
     seen = {}  # what bench hands its measurement: the timing itself is decode.bench's own tests' business
-    monkeypatch.setattr(bench, "measure_pair", lambda target, tok, draft, *a, **k: seen.update(target=target, draft=draft))
+    monkeypatch.setattr(bench.job, "measure_pair", lambda target, tok, draft, *a, **k: seen.update(target=target, draft=draft))
     cfg = bench.parse_args(["--target", str(folder), "--load-format", "dummy", "--draft", "layers:0,1", "--prompts",
                             str(prompts), "--dtype", "bfloat16", "--chat-template", "false", "--device", "cpu"])
     bench.run(cfg)

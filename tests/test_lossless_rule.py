@@ -1,4 +1,4 @@
-"""decode.lossless: the one rule for "lossless" (exact in float32; near-ties within a calibrated ε in bf16/fp16),
+"""decode.drafting.lossless: the one rule for "lossless" (exact in float32; near-ties within a calibrated ε in bf16/fp16),
 as a pure function on token lists and through decode.bench on tiny float32 and bfloat16 targets."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from decode import bench, lossless
+from decode import bench
+from decode.drafting import lossless
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")  # bf16 matmuls on a few busy threads crawl
 
@@ -81,7 +82,7 @@ MAX_NEW = 16
 
 @pytest.fixture
 def no_latency(monkeypatch):
-    """decode.latency's timings (seconds of repeated forwards) are beside the point here: fixed c and v."""
+    """decode.bench.latency's timings (seconds of repeated forwards) are beside the point here: fixed c and v."""
     monkeypatch.setattr(bench.latency, "measure", lambda target, draft, gammas, **kw: {"c": 0.5, "v": {
         str(g): 1.0 + 0.1 * g for g in gammas}})
 
@@ -123,7 +124,7 @@ def test_a_wrong_accepted_token_is_flagged_in_either_precision(dtype, tmp_path, 
     """A broken decoder (its third new token replaced by another) is not lossless: float32 excuses nothing, and in
     bf16 the replaced token's margin is far outside ε. The warning names the prompt and the token."""
     target, prompts = _target(tmp_path, tiny_llama, tiny_tokenizer)
-    real = bench.generate
+    real = bench.measure.generate
 
     def broken(target_model, draft, ids, n, options=None, **kw):
         out, stats = real(target_model, draft, ids, n, options, **kw) if options else real(target_model, draft, ids, n, **kw)
@@ -131,7 +132,7 @@ def test_a_wrong_accepted_token_is_flagged_in_either_precision(dtype, tmp_path, 
             out[2] = (out[2] + 50) % 97
         return out, stats
 
-    monkeypatch.setattr(bench, "generate", broken)
+    monkeypatch.setattr(bench.measure, "generate", broken)
     r = _bench(target, prompts, dtype)
     assert r["lossless"] is False and r["lossless_rule"] == ("exact" if dtype == "float32" else "numeric")
     div = r["divergences"][0]

@@ -18,8 +18,8 @@ import pytest
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from decode.layer_cut import draft_from_layers
-from decode.targets import load_tokenizer
+from decode.models.layer_cut import draft_from_layers
+from decode.models.targets import load_tokenizer
 from distill import publish
 
 TARGET_ID, REPO_ID = "org/tiny-target", "org/tiny-draft"
@@ -155,7 +155,7 @@ def test_the_vllm_block_runs(card, monkeypatch, capsys):
 @pytest.mark.slow
 def test_the_default_targets_card_runs_and_stops_at_im_end(tmp_path, monkeypatch, capsys):
     """The real SmolLM2-135M-Instruct target: a greedy reply to "Hello!" ends with <|im_end|> well before 128 tokens."""
-    from decode.targets import DEFAULT_HUB_ID, load_target, resolve
+    from decode.models.targets import DEFAULT_HUB_ID, load_target, resolve
 
     target, tok = load_target("default", "float32")
     d = tmp_path / "draft"

@@ -9,7 +9,7 @@ import torch
 import yaml
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from decode.targets import load_tokenizer
+from decode.models.targets import load_tokenizer
 from distill import pipeline
 from distill.evaluate import EvalConfig
 from distill.train import TrainConfig

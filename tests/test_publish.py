@@ -30,8 +30,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from decode.draft_folder import VOCAB_MAP_FILE
-from decode.layer_cut import draft_from_layers
+from decode.models.draft_folder import VOCAB_MAP_FILE
+from decode.models.layer_cut import draft_from_layers
 from distill import publish
 from distill.publish import compat, modelcard
 
@@ -629,7 +629,7 @@ def test_revision_branch(world, capsys, hub):
 
 @pytest.mark.slow
 def test_publish_default_target_draft(tmp_path):
-    from decode.targets import load_target
+    from decode.models.targets import load_target
 
     target, tok = load_target("default", "float32")
     draft = draft_from_layers(target, [0, 29])
@@ -691,7 +691,7 @@ def test_checks_load_the_target_in_its_working_dtype(world, tmp_path, capsys, mo
 @pytest.mark.usefixtures("torch_single_thread")  # bf16 matmuls on a few threads of a busy CPU crawl
 def test_the_lossless_check_takes_decode_lossless_rule_for_the_targets_dtype(world):
     """check_lossless in bf16: a verification's logits differ in rounding from one token's, so greedy outputs may
-    part at a near-tie; decode.lossless's numeric rule (ε calibrated on this target) excuses those and no others
+    part at a near-tie; decode.drafting.lossless's numeric rule (ε calibrated on this target) excuses those and no others
     (tests/test_lossless_rule.py), and float32 keeps the exact rule."""
     import copy
 

@@ -1,4 +1,4 @@
-"""distill.publish on a feature head (EAGLE-3 style, the speculators eagle3 folder decode.feature_head writes).
+"""distill.publish on a feature head (EAGLE-3 style, the speculators eagle3 folder decode.models.feature_head writes).
 
 The target is tests/test_publish.py's tiny random llama (4 layers of width 64, a BPE tokenizer trained on the bundled
 prompts); the head is a random FeatureHead of it with a reduced vocabulary (its embedding and head rows copied from
@@ -22,10 +22,10 @@ from safetensors.torch import load_file, save_file
 from test_publish import TOKEN, hub, make_tokenizer, run_main, write_report  # noqa: F401 - hub is a fixture
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from decode.feature_head import FeatureHead, default_layers, is_head_folder, layer_config
+from decode.drafting.speculative import generate
+from decode.models.feature_head import FeatureHead, default_layers, is_head_folder, layer_config
+from decode.models.targets import eos_ids, load_draft
 from decode.options import DecodeOptions
-from decode.speculative import generate
-from decode.targets import eos_ids, load_draft
 from distill.publish import redact, vllm_check
 from distill.publish.job import DEFAULT_GAMMA
 
@@ -312,7 +312,7 @@ def test_publish_serves_a_default_target_head_in_vllm(tmp_path, capsys, monkeypa
     """publish --dry-run of a random head of SmolLM2-135M (8,192 ids, bf16 weights as published), its vllm check for
     real (4 prompts × 32 tokens, two engine loads; 4.5 min on 2 shared cores): vLLM with the head as eagle3 equals
     its target alone, α agrees (0.000 in both for a random head, 124 rounds in both)."""
-    from decode.targets import DEFAULT_HUB_ID, load_target
+    from decode.models.targets import DEFAULT_HUB_ID, load_target
 
     target, tok = load_target("default", "float32")
     prompts = vllm_check.check_prompts(tok, 4)

@@ -67,7 +67,7 @@ def test_a_divergence_is_excused_only_at_a_near_tie_under_the_numeric_rule():
     r = _edited(outputs=[[504, 3458], [1848, 31], [504, 1380], [17495, 28]])
     seen = []
 
-    def margins(p, ref):  # decode.lossless.margin_fn's shape: the target's |z[ref[i]] - z[token]|, here 0.01
+    def margins(p, ref):  # decode.drafting.lossless.margin_fn's shape: the target's |z[ref[i]] - z[token]|, here 0.01
         return lambda i, token: seen.append((p, ref[i], token, i)) or 0.01
 
     ok, detail, n = vllm_check.compare(r, OURS, 3, "numeric", 0.02, margins)

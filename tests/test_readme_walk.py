@@ -78,7 +78,7 @@ def shrunk(command: str) -> str | None:
         return None
     for old, new in SUBSTITUTE.items():
         if old in command and new == "{default_target_folder}":
-            from decode.targets import resolve
+            from decode.models.targets import resolve
 
             new = resolve("default")
         command = command.replace(old, new)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from decode import costmodel
+from decode.bench import costmodel
 from distill.evaluate import job, plots, report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

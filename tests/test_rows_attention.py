@@ -1,12 +1,12 @@
-"""decode/csrc/attention.cpp: one layer's RoPE, cache write and attention for a few rows, in the kernel's module,
+"""decode/runners/csrc/attention.cpp: one layer's RoPE, cache write and attention for a few rows, in the kernel's module,
 equals FastLlama's torch ops (one token, a chain, a token tree; GQA; head sizes on and off the 8-float lanes) on
 every ISA build this CPU runs, and a row's result does not depend on how many rows share the call."""
 
 import pytest
 import torch
 
-from decode import smallgemm
-from decode.runners import FastLlama
+from decode.runners import smallgemm
+from decode.runners.fast import FastLlama
 from tests.test_smallgemm import isa_kernel
 
 

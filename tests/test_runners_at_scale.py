@@ -9,10 +9,11 @@ import torch.nn.functional as F
 from test_decode_runners import ATOL, _ids, full_logits  # the same helpers as the runners' own tests
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from decode import runners
-from decode.runner_choice import runner_for
-from decode.runners import FastLlama, HFRunner, default_attention, default_layout
-from decode.tree import verify_mask
+from decode.drafting.tree import verify_mask
+from decode.runners import fast as runners
+from decode.runners.choice import runner_for
+from decode.runners.fast import FastLlama, default_attention, default_layout
+from decode.runners.hf import HFRunner
 
 
 def _tensors(obj) -> list[torch.Tensor]:
@@ -80,7 +81,7 @@ def test_cuda_attention_takes_forms_the_fused_kernels_accept(tiny_llama, sdpa_ca
     cuda = FastLlama(model)
     cuda.attention = "cuda"
     c_cpu, c_cuda = cpu.new_cache(32), cuda.new_cache(32)
-    # prompt, token, verification, a token tree (x with two children, the first with two of its own; decode.tree)
+    # prompt, token, verification, a token tree (x with two children, the first with two of its own; decode.drafting.tree)
     chunks = [(ids[:7], False), (ids[7:8], False), (ids[8:12], False), (ids[12:17], True)]
     expected = []
     for chunk, tree in chunks:

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from decode.errors import UserError
+from decode.models.targets import load_target, load_tokenizer
 from decode.prompts import read_prompts
-from decode.targets import load_target, load_tokenizer
 from distill.collect import CollectConfig, main, run, self_prompts
 from distill.collect.categories import Classifier, quotas
 from distill.collect.near_duplicates import MinHashIndex

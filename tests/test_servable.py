@@ -14,8 +14,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, PhiConfig, PhiForCausalLM
 
-from decode.draft_folder import VOCAB_MAP_FILE, VocabMap
-from decode.layer_cut import draft_from_layers
+from decode.models.draft_folder import VOCAB_MAP_FILE, VocabMap
+from decode.models.layer_cut import draft_from_layers
 from distill.publish import servable
 from distill.train.designs import reduce_vocab
 
@@ -135,8 +135,8 @@ def test_head_bias_is_expanded_too(tmp_path):
 def test_expanded_default_target_draft_on_real_prompts(tmp_path):
     """SmolLM2-135M-Instruct, a draft of its layers 0 and 29 with the 8,192 lowest ids (+ the specials): on real
     prompts, expanded and reduced propose the same, and transformers' assisted generation stays lossless."""
+    from decode.models.targets import load_target
     from decode.prompts import encode_prompt, read_prompts
-    from decode.targets import load_target
 
     target, tok = load_target("default", "float32")
     d2t = sorted(set(range(8192)) | {tok.eos_token_id, tok.pad_token_id})

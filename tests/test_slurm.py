@@ -49,7 +49,7 @@ def tiny(tmp_path_factory):
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from decode.targets import load_tokenizer
+    from decode.models.targets import load_tokenizer
 
     root = tmp_path_factory.mktemp("tiny")
     tok = load_tokenizer("default")

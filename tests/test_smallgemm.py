@@ -1,14 +1,14 @@
-"""decode.smallgemm: the small-M verification GEMM equals torch's matmul on every ISA build this CPU runs
+"""decode.runners.smallgemm: the small-M verification GEMM equals torch's matmul on every ISA build this CPU runs
 (avx512, avx2 forced on an AVX-512 box, portable), and a row's result does not depend on how many rows share the
 call (so a verified token's logits match whatever γ was)."""
 
 import pytest
 import torch
 
-from decode import smallgemm
-from decode.runners import FastLlama
+from decode.runners import smallgemm
+from decode.runners.fast import FastLlama
 
-needs_kernel = pytest.mark.skipif(smallgemm.kernel() is None, reason="needs g++ (decode.smallgemm)")
+needs_kernel = pytest.mark.skipif(smallgemm.kernel() is None, reason="needs g++ (decode.runners.smallgemm)")
 
 
 def isa_kernel(isa: str):
@@ -58,7 +58,7 @@ def test_every_isa_matches_torch_and_rows_are_independent(isa, weights):
 
 @pytest.mark.parametrize("weights", smallgemm.WEIGHTS)
 def test_avx2_gives_bitwise_the_avx512_result(weights):
-    """Each column is the same sequential FMA sum over k in both builds (decode/csrc/smallgemm.cpp)."""
+    """Each column is the same sequential FMA sum over k in both builds (decode/runners/csrc/smallgemm.cpp)."""
     isa_kernel("avx512"), isa_kernel("avx2")
     g = torch.Generator().manual_seed(6)
     w, b, x = torch.randn(300, 130, generator=g), torch.randn(130, generator=g), torch.randn(8, 300, generator=g)
@@ -202,7 +202,7 @@ def test_one_token_forwards_on_either_matmul_match_hf(tiny_llama):
     faster here);
     both give HF's logits and the target's own greedy output; with the kernel, a token's logits alone and as a row
     of a verification differ only by attention's summation order (the matmuls are row-independent)."""
-    from decode.speculative import generate
+    from decode.drafting.speculative import generate
 
     model = tiny_llama(3, init=0.1)
     fast = FastLlama(model)
@@ -251,7 +251,7 @@ def test_a_killed_build_does_not_hang_the_next_load(tmp_path):
     copy = tmp_path / built.name
     shutil.copytree(built, copy, ignore=shutil.ignore_patterns("specdistill.flock"))
     (copy / "lock").write_text("")
-    code = "from decode import smallgemm; assert smallgemm.kernel() is not None"
+    code = "from decode.runners import smallgemm; assert smallgemm.kernel() is not None"
     env = {**__import__("os").environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

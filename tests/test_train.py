@@ -390,7 +390,7 @@ def test_numbers_out_of_range_name_their_flag(flag, value, message):
 
 
 def test_the_recorded_command_is_the_launcher_that_ran(monkeypatch):
-    from distill.train.job import launch_command
+    from distill.train.setup import launch_command
 
     monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
     assert launch_command(["--loss", "{ce: 1.0}"]) == "python distill/train.py --loss '{ce: 1.0}'"

@@ -60,7 +60,7 @@ def test_a_bf16_run_exports_bf16_and_keeps_fp32_master_weights(tiny_collected, t
 
 
 def test_a_bf16_feature_head_exports_bf16(tiny_collected, tmp_path, fresh_accelerator_state):
-    from decode.feature_head import FeatureHead
+    from decode.models.feature_head import FeatureHead
 
     run = _train(_argv(tiny_collected, tmp_path / "run", "--design", "feature_head", "--precision", "bf16",
                        "--max-steps", "2", "--save-every", "2"))

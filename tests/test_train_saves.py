@@ -12,7 +12,7 @@ import torch
 from decode import cli
 from decode.errors import UserError
 from distill.train import TrainConfig, loop
-from distill.train.job import peak_lr
+from distill.train.config import peak_lr
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from decode.feature_head import FeatureHead, layer_config
+from decode.models.feature_head import FeatureHead, layer_config
 from distill.train import flops, head, speed
 from distill.train.student import Student
 

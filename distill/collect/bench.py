@@ -25,8 +25,8 @@ import torch
 
 from decode import cli
 from decode.errors import UserError
+from decode.models.targets import load_target
 from decode.prompts import encode_prompt
-from decode.targets import load_target
 from distill.collect import CollectConfig, run
 from distill.prompts import load_prompts
 

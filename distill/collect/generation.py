@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from decode.runners import cache_arg
-from decode.sampling import SamplingParams
+from decode.drafting.sampling import SamplingParams
+from decode.runners.hf import cache_arg
 from distill.collect import llama_steps
 from distill.collect.outputs import Outputs, topk_rows
 

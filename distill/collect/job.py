@@ -27,11 +27,10 @@ import torch
 from tqdm import tqdm
 
 from decode import cli
-from decode.draft_folder import VocabMap
+from decode.drafting.sampling import SamplingParams
 from decode.errors import UserError
-from decode.prompts import check_context, encode_prompt
-from decode.sampling import SamplingParams
-from decode.targets import (
+from decode.models.draft_folder import VocabMap
+from decode.models.targets import (
     check_device,
     check_load_format,
     eos_ids,
@@ -43,6 +42,7 @@ from decode.targets import (
     resolve,
     save_dummy,
 )
+from decode.prompts import check_context, encode_prompt
 from distill.collect import self_prompts, shards, vllm_engine
 from distill.collect.generation import Generated, generate_batch, score_batch, warm_up
 from distill.prompts import load_prompts, split_response
@@ -223,7 +223,7 @@ def temperature_of(cfg: CollectConfig, row: dict) -> float:
 
 def vllm_target(cfg: CollectConfig, target) -> str:
     """The folder vLLM serves: the target's (target.path), or with --load-format dummy its random weights written
-    once to OUT/target (decode.targets.save_dummy, built on the GPU when there is one) and reused by reruns."""
+    once to OUT/target (decode.models.targets.save_dummy, built on the GPU when there is one) and reused by reruns."""
     if cfg.load_format != "dummy":
         return target.path
     if _rank_world(cfg)[1] > 1:  # every rank would write the same folder

@@ -18,7 +18,7 @@ against K/V (B, kv_heads, columns, hd) under one (B, 1, 1, columns) additive mas
 once, with no expanded copy, and its fused kernels accumulate the scores in float32.
 
 On CUDA the buffers (and their graph and Outputs) are pooled by (batch, capacity): capacity is a power of two
->= prompt + new tokens (decode.graphs.capacity_for), so every batch of one size reuses them. The columns past
+>= prompt + new tokens (decode.runners.graphs.capacity_for), so every batch of one size reuses them. The columns past
 capacity (and Outputs' last one) are scratch, where a graph's warm-up runs write. On the CPU the capacity is exact
 (a CPU-sized model's buffers are no reason to round up) and finished rows leave the batch (select).
 """
@@ -31,10 +31,11 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from decode.graphs import GraphLlama, capacity_for, graphs_enabled
-from decode.runner_choice import runner_for
-from decode.runners import FastLlama, cache_arg
-from decode.sampling import SamplingParams
+from decode.drafting.sampling import SamplingParams
+from decode.runners.choice import runner_for
+from decode.runners.fast import FastLlama
+from decode.runners.graphs import GraphLlama, capacity_for, graphs_enabled
+from decode.runners.hf import cache_arg
 from distill.collect.outputs import Outputs
 
 SCRATCH = 16  # buffer columns past capacity: a graph's warm-up writes the first; 16 keep rows 16-aligned for SDPA

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from decode.sampling import SamplingParams, logits_to_probs
+from decode.drafting.sampling import SamplingParams, logits_to_probs
 
 
 def topk_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -39,9 +39,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from decode.drafting.sampling import SamplingParams
 from decode.errors import UserError
-from decode.sampling import SamplingParams
-from decode.targets import eos_ids, load_target
+from decode.models.targets import eos_ids, load_target
 from distill.collect import shards
 from distill.collect.categories import Classifier, embed, quotas, user_text
 from distill.collect.generation import generate_batch

@@ -15,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from decode import costmodel  # noqa: E402
+from decode.bench import costmodel  # noqa: E402
 from distill.evaluate.kinds import kind  # noqa: E402
 
 GAMMAS = range(1, 9)  # the γ the speedup curve covers: v is measured at 1..6 and 8 (decode.bench), 7 interpolated

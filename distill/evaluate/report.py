@@ -9,7 +9,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from decode import cli, lossless
+from decode import cli
+from decode.drafting import lossless
 from decode.errors import UserError
 from distill.evaluate import timing
 from distill.evaluate.kinds import kind
@@ -28,7 +29,7 @@ def best(entries: list[dict]) -> dict | None:
             "tree_nodes": e.get("tree_nodes", 0), "speedup": e["speedup"],
             "acceptance_rate": e["speculative"]["acceptance_rate"], "tau": e["speculative"]["tau"],
             "predicted_speedup": e["cost_model"]["predicted_speedup"], "lossless": e["lossless"],
-            # the rule lossless was judged by (decode.lossless), its ε and the near-ties it excused; absent in old reports
+            # the rule lossless was judged by (decode.drafting.lossless), its ε and the near-ties it excused; absent in old reports
             **{k: e[k] for k in ("lossless_rule", "epsilon", "excused_divergences", "excused_margins") if k in e},
             # the cost model checked where it matters: (predicted - measured) / measured at the best measured γ
             "prediction_error": _error(e["cost_model"]["predicted_speedup"], e["speedup"]),

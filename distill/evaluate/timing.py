@@ -10,13 +10,13 @@ v(1) = 1.10, target step 27.2 ms apart vs 28.2 ms in the run, per-category τ/sp
 from __future__ import annotations
 
 # v(γ) = target time for γ+1 tokens / for 1: it cannot be below 1. A GPU's v sits at ~1.0 for small γ (memory
-# bound), so a few % under 1 is noise of the paired medians (decode.latency.verify_ratio); 10% under is not.
+# bound), so a few % under 1 is noise of the paired medians (decode.bench.latency.verify_ratio); 10% under is not.
 V_FLOOR = 0.9
 # the mean target forward during the run (in_run.target_forward_ms) vs the step timed apart (target_step_ms): the
 # run's mean also holds one prefill per prompt, which lifts it 5-15% at 64 new tokens; a factor 2 either way is a
 # machine that was busy during one of the two.
 STEP_DRIFT = 2.0
-# the same target step timed apart once per draft (decode.latency.measure): identical work, so beyond 1.5x apart
+# the same target step timed apart once per draft (decode.bench.latency.measure): identical work, so beyond 1.5x apart
 # one of them ran on a busy machine.
 STEP_SPREAD = 1.5
 # τ / speedup = a round's cost in target-alone steps (γ·c + v under the cost model). A round holds at least one

@@ -10,7 +10,7 @@ Each setting is one vLLM engine, built and released in turn (an engine's specula
 
 A reduced-vocabulary draft (draft_vocab.json) speaks other ids than the target, which draft_model cannot serve;
 its anchor says so instead of failing (distill.publish makes a servable export). A feature head folder (the
-speculators eagle3 format, decode.feature_head) is served as vLLM serves those: speculative method eagle3, its
+speculators eagle3 format, decode.models.feature_head) is served as vLLM serves those: speculative method eagle3, its
 reduced vocabulary included (the folder's d2t/t2d).
 """
 
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from decode.draft_folder import VOCAB_MAP_FILE
 from decode.errors import UserError
-from decode.feature_head import is_head_folder
-from decode.targets import resolve
+from decode.models.draft_folder import VOCAB_MAP_FILE
+from decode.models.feature_head import is_head_folder
+from decode.models.targets import resolve
 from distill.collect import vllm_engine
 
 # vLLM's n-gram proposer set like transformers' prompt-lookup anchor: match the last 2 tokens, down to 1

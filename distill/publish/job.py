@@ -12,7 +12,7 @@
    draft_vocab.json: the bundled decoder's fast form) and the folder itself gets its expansion to the target's
    vocabulary, which transformers and vLLM load (distill/publish/servable.py). No local absolute path goes into
    the card or specdistill.json (distill/publish/redact.py). A feature head (EAGLE-3 style, a speculators eagle3
-   folder, decode.feature_head) is copied as it is (weights cast to --dtype), with the measured γ as its
+   folder, decode.models.feature_head) is copied as it is (weights cast to --dtype), with the measured γ as its
    speculative_tokens and the target's Hub id as its verifier; no generation_config.json (transformers cannot
    use a head as assistant_model);
 3. run the compatibility checks on that folder (distill/publish/compat.py), vLLM serving the target with the
@@ -43,12 +43,12 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-from decode import cli, draft_folder
-from decode.draft_folder import META_FILE, VOCAB_MAP_FILE, assistant_config
+from decode import cli
 from decode.errors import UserError
-from decode.feature_head import is_head_folder
-from decode.options import DecodeOptions
-from decode.targets import (
+from decode.models import draft_folder
+from decode.models.draft_folder import META_FILE, VOCAB_MAP_FILE, assistant_config
+from decode.models.feature_head import is_head_folder
+from decode.models.targets import (
     DEFAULT_HUB_ID,
     DEFAULT_TARGET,
     check_tokenizers,
@@ -56,6 +56,7 @@ from decode.targets import (
     load_tokenizer,
     resolve,
 )
+from decode.options import DecodeOptions
 from distill.publish import compat, modelcard, redact, servable
 from distill.publish.hub import check_online, check_repo_id, get_token, log_to_wandb, refuse_token_in, upload
 

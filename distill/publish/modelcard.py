@@ -17,10 +17,10 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from decode.draft_folder import VOCAB_MAP_FILE
 from decode.errors import UserError
-from decode.feature_head import FORMAT as HEAD_FORMAT
+from decode.models.feature_head import FORMAT as HEAD_FORMAT
 from distill.publish import usage, vllm_check
+from distill.publish.card_design import design_section, fmt, head_design_section, is_head, training_section
 
 TAGS = ["speculative-decoding", "draft-model", "specdistill"]
 HEAD_TAGS = ["eagle3", "speculators", "vllm"]  # what the Hub's other eagle3 speculator repos are tagged with
@@ -53,9 +53,9 @@ def select_entries(report: dict, report_path: Path, draft_dir: Path) -> list[dic
     """The report's entries (one per γ) for this draft: same resolved path, or the report's only trained draft.
 
     Each returned entry gets the report's `prompt_set` (the entries themselves count prompts, not name them) and
-    `tree_variants`: the same draft's token-tree entries at its γ (decode.tree), which the card shows apart.
+    `tree_variants`: the same draft's token-tree entries at its γ (decode.drafting.tree), which the card shows apart.
     """
-    # entries decoded with the decoder's context lookup (decode.lookup) measure draft + lookup, and tree entries
+    # entries decoded with the decoder's context lookup (decode.drafting.lookup) measure draft + lookup, and tree entries
     # our decoder's token trees: the card's numbers are what the draft does as a plain chain, as engines run it
     measured = [e for e in report["entries"] if isinstance(e, dict) and "draft" in e and "speedup" in e
                 and not e.get("lookup")]
@@ -99,9 +99,9 @@ def tree_section(best: dict | None, head: bool) -> str:
     lines = [
         "## Token trees",
         f"In specdistill's decoder, a tree of up to {nodes} nodes and {gamma} levels drafted from this "
-        f"{'head' if head else 'draft'} and verified in one target pass gave τ {_fmt(card_numbers(t)['tau'], '.2f')} "
-        f"(chain at γ={gamma}: {_fmt(card_numbers(best)['tau'], '.2f')}) and {_fmt(t['speedup'], '.2f')}x over the target "
-        f"alone (chain: {_fmt(best['speedup'], '.2f')}x), lossless: {t.get('lossless')}.",
+        f"{'head' if head else 'draft'} and verified in one target pass gave τ {fmt(card_numbers(t)['tau'], '.2f')} "
+        f"(chain at γ={gamma}: {fmt(card_numbers(best)['tau'], '.2f')}) and {fmt(t['speedup'], '.2f')}x over the target "
+        f"alone (chain: {fmt(best['speedup'], '.2f')}x), lossless: {t.get('lossless')}.",
     ]
     static = ((t.get("cost_model") or {}).get("tree") or {}).get("static_tree")
     if head and static:
@@ -186,10 +186,6 @@ def eval_results(entry: dict, target_name: str) -> list[EvalResult]:
 # --- card body
 
 
-def _fmt(x, spec=".3f") -> str:
-    return "–" if x is None else format(x, spec) if isinstance(x, (int, float)) else str(x)
-
-
 def _measured(entries: list[dict], best: dict, weights_dtype: str) -> str:
     c, spec = conditions(best), best.get("speculative", {})
     dtype_note = (
@@ -204,17 +200,17 @@ def _measured(entries: list[dict], best: dict, weights_dtype: str) -> str:
         f"({c['schedule']} schedule), temperature {c['temperature']}, up to {c['max_new_tokens']} new tokens per prompt, "
         f"{best.get('prompts')} prompts from `{best.get('prompt_set')}`. Speedup is speculative tokens/s ÷ target-alone tokens/s, same process, same prompts.",
         "",
-        f"**Best γ = {c['gamma']}: {best['speedup']:.2f}× the target alone** (α = {_fmt(spec.get('acceptance_rate'))}, "
-        f"τ = {_fmt(spec.get('tau'), '.2f')}, {_fmt(spec.get('tokens_per_s'), '.1f')} tokens/s vs "
-        f"{_fmt(best.get('baseline', {}).get('tokens_per_s'), '.1f')}; lossless: {best.get('lossless')}).",
+        f"**Best γ = {c['gamma']}: {best['speedup']:.2f}× the target alone** (α = {fmt(spec.get('acceptance_rate'))}, "
+        f"τ = {fmt(spec.get('tau'), '.2f')}, {fmt(spec.get('tokens_per_s'), '.1f')} tokens/s vs "
+        f"{fmt(best.get('baseline', {}).get('tokens_per_s'), '.1f')}; lossless: {best.get('lossless')}).",
         "",
         "| category | acceptance rate α | τ | speedup |",
         "| --- | --- | --- | --- |",
-        f"| all | {_fmt(spec.get('acceptance_rate'))} | {_fmt(spec.get('tau'), '.2f')} | {best['speedup']:.2f}× |",
+        f"| all | {fmt(spec.get('acceptance_rate'))} | {fmt(spec.get('tau'), '.2f')} | {best['speedup']:.2f}× |",
     ]
     for cat, row in sorted((best.get("per_category") or {}).items()):
         lines.append(
-            f"| {cat} | {_fmt(row.get('acceptance_rate'))} | {_fmt(row.get('tau'), '.2f')} | {_fmt(row.get('speedup'), '.2f')}× |"
+            f"| {cat} | {fmt(row.get('acceptance_rate'))} | {fmt(row.get('tau'), '.2f')} | {fmt(row.get('speedup'), '.2f')}× |"
         )
     if len(entries) > 1:
         lines += [
@@ -227,8 +223,8 @@ def _measured(entries: list[dict], best: dict, weights_dtype: str) -> str:
         for e in entries:
             s = e.get("speculative", {})
             lines.append(
-                f"| {e.get('gamma')} | {_fmt(s.get('acceptance_rate'))} | {_fmt(s.get('tau'), '.2f')} | "
-                f"{_fmt(s.get('tokens_per_s'), '.1f')} | {e['speedup']:.2f}× | {e.get('lossless')} |"
+                f"| {e.get('gamma')} | {fmt(s.get('acceptance_rate'))} | {fmt(s.get('tau'), '.2f')} | "
+                f"{fmt(s.get('tokens_per_s'), '.1f')} | {e['speedup']:.2f}× | {e.get('lossless')} |"
             )
     return "\n".join(lines)
 
@@ -250,95 +246,6 @@ NO_EVAL = """## Measured speed
 > **Warning: no speed numbers were measured for this draft.** It was published without an evaluation report, so
 > this card carries no acceptance rate, τ or speedup, and γ below is a default, not a tuned value. Measure it with
 > `python -m distill.evaluate --drafts DRAFT_DIR` and republish with `--eval EVAL_DIR`."""
-
-
-def _design(meta: dict, config: dict, target_config: dict, n_params: int) -> str:
-    d = meta.get("design") or {}
-    layers = d.get("layers") or config.get("num_hidden_layers")
-    n_target = target_config.get("num_hidden_layers")
-    if isinstance(layers, list):
-        layers = f"{len(layers)} of the target's {n_target}: {layers}"
-    vocab = d.get("vocab") or "full"
-    vocab = (
-        f"full ({config.get('vocab_size'):,})"
-        if vocab == "full"
-        else f"{vocab:,} of {target_config.get('vocab_size'):,} (reduced; map in `{VOCAB_MAP_FILE}`)"
-        if isinstance(vocab, int)
-        else str(vocab)
-    )
-    # widths come from config.json (what was actually published; the design leaves None for "the target's")
-    rows = [
-        ("layers", layers),
-        ("hidden size", config.get("hidden_size")),
-        ("intermediate size", config.get("intermediate_size")),
-        (
-            "attention heads / KV heads",
-            f"{config.get('num_attention_heads')} / {config.get('num_key_value_heads')}",
-        ),
-        ("init", d.get("init") or meta.get("init") or "unknown"),
-        ("vocabulary", vocab),
-        ("parameters", f"{d.get('params') or n_params:,}"),
-        ("architecture", ", ".join(config.get("architectures") or [])),
-    ]
-    if d.get("freeze"):
-        rows.append(("frozen in training", ", ".join(map(str, d["freeze"]))))
-    return "\n".join(["## Design", "", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
-
-
-def is_head(config: dict) -> bool:
-    """Whether a published config.json is a feature head's (speculators eagle3) rather than an HF model's."""
-    return config.get("speculators_model_type") == HEAD_FORMAT
-
-
-def _head_design(meta: dict, config: dict, target_config: dict, n_params: int) -> str:
-    """A feature head's design: feature layers, its one layer's shape, draft vocabulary, training-time unroll."""
-    d, layer = meta.get("design") or {}, config.get("transformer_layer_config") or {}
-    ids = config.get("eagle_aux_hidden_state_layer_ids") or d.get("feature_layers") or []
-    n_target, v_target = target_config.get("num_hidden_layers"), target_config.get("vocab_size")
-    n_draft = config.get("draft_vocab_size")
-    vocab = (f"{n_draft:,} of {v_target:,} (reduced; `d2t`/`t2d` in model.safetensors map its ids)"
-             if isinstance(n_draft, int) and isinstance(v_target, int) and n_draft != v_target
-             else f"full ({_fmt(n_draft or layer.get('vocab_size'), ',')})")
-    rows = [
-        ("kind", "feature head (EAGLE-3 style): one llama decoder layer over the target's hidden states"),
-        ("format", f"speculators `{HEAD_FORMAT}` ({', '.join(config.get('architectures') or [])}); "
-                   "vLLM `method: eagle3`"),
-        ("feature layers", f"{len(ids)} of the target's {n_target}: {ids} (the hidden states entering them)"),
-        ("hidden size", layer.get("hidden_size")),
-        ("intermediate size", layer.get("intermediate_size")),
-        ("attention heads / KV heads", f"{layer.get('num_attention_heads')} / {layer.get('num_key_value_heads')}"),
-        ("init", d.get("init") or meta.get("init") or "unknown"),
-        ("vocabulary", vocab),
-        ("parameters", f"{d.get('params') or n_params:,} (the target's embedding, frozen, included)"),
-    ]
-    if d.get("trainable_params"):
-        rows.append(("trained parameters", f"{d['trainable_params']:,}"))
-    if d.get("ttt_steps"):
-        rows.append(("training-time test steps", d["ttt_steps"]))
-    if d.get("features"):
-        rows.append(("features in training", d["features"]))
-    if d.get("freeze"):
-        rows.append(("frozen in training", ", ".join(map(str, d["freeze"]))))
-    return "\n".join(["## Design", "", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
-
-
-def _training(meta: dict) -> str:
-    data, loss = meta.get("data") or {}, meta.get("loss") or {}
-    loss_s = " + ".join(f"{w} × {name}" for name, w in loss.items()) or "unknown"
-    lines = [
-        "## Training",
-        "",
-        f"- data: `{data.get('path', 'unknown')}` ({_fmt(data.get('rows'), ',')} rows, {_fmt(data.get('tokens'), ',')} tokens), "
-        f"target outputs on prompts `{data.get('prompts', 'unknown')}`",
-        f"- loss: {loss_s}",
-        f"- steps: {_fmt(meta.get('step'), ',')}",
-        "",
-        "Exact commands that produced this draft:",
-        "",
-        "```bash",
-    ]
-    lines += list(meta.get("commands") or ["# (not recorded in specdistill.json)"])
-    return "\n".join(lines + ["```"])
 
 
 def _result(check) -> str:
@@ -409,8 +316,8 @@ def build_card(
             tree_section(best, head),
             (usage.head_section(repo_id, shown, gamma, bool(target_id)) if head
              else usage.section(repo_id, shown, gamma, reduced)),
-            (_head_design if head else _design)(meta, config, target_config, n_params),
-            _training(meta),
+            (head_design_section if head else design_section)(meta, config, target_config, n_params),
+            training_section(meta),
             _checks(checks),
         ] if part
     )

@@ -17,7 +17,7 @@ Expansion, per target id t (t2d[t]: its draft id, -1 outside the draft vocabular
 
 `check_servable` proves the two forms propose the same tokens on real prompts before anything is uploaded.
 
-A feature head (decode.feature_head) needs no second form: vLLM's eagle3 maps its draft ids itself (d2t).
+A feature head (decode.models.feature_head) needs no second form: vLLM's eagle3 maps its draft ids itself (d2t).
 `head_problems` lists what in its folder vLLM would read differently from the bundled decoder.
 """
 
@@ -32,9 +32,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-from decode import draft_folder
-from decode.draft_folder import VOCAB_MAP_FILE, VocabMap
 from decode.errors import UserError
+from decode.models import draft_folder
+from decode.models.draft_folder import VOCAB_MAP_FILE, VocabMap
 
 REDUCED_DIR = "reduced"  # the subfolder of a published repo that holds the reduced (bundled-decoder) form
 SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -170,7 +170,7 @@ def same_proposals(expanded, reduced, d2t: torch.Tensor, sequences: list[list[in
                   f"the same token at all {positions} positions; best OOV logit ≥ {margin:.2f} below the best kept one")
 
 
-# --- feature heads (decode.feature_head): served by vLLM as an eagle3 speculator, as they are
+# --- feature heads (decode.models.feature_head): served by vLLM as an eagle3 speculator, as they are
 
 
 EAGLE3_LAYER_TYPES = ("llama", "qwen3")  # vLLM's eagle3 draft classes (transformers_utils/configs/speculators/algos.py)

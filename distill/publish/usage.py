@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from decode.draft_folder import VOCAB_MAP_FILE
+from decode.models.draft_folder import VOCAB_MAP_FILE
 from distill.publish.servable import REDUCED_DIR
 
 
@@ -60,8 +60,8 @@ the smaller, faster form in `{REDUCED_DIR}/`. Install it with:
 ```python
 from huggingface_hub import snapshot_download
 from decode.options import DecodeOptions
-from decode.speculative import generate
-from decode.targets import eos_ids, load_draft, load_target
+from decode.drafting.speculative import generate
+from decode.models.targets import eos_ids, load_draft, load_target
 
 target, tok = load_target("{target_id}", device="auto")  # the GPU(s) when there are, else the CPU
 draft = load_draft(snapshot_download("{repo_id}") + "/{REDUCED_DIR}", target, tok, device=str(target.device))
@@ -139,8 +139,8 @@ head). Install it with:
 ```python
 from huggingface_hub import snapshot_download
 from decode.options import DecodeOptions
-from decode.speculative import generate
-from decode.targets import eos_ids, load_draft, load_target
+from decode.drafting.speculative import generate
+from decode.models.targets import eos_ids, load_draft, load_target
 
 target, tok = load_target("{target_id}", device="auto")  # the GPU(s) when there are, else the CPU
 head = load_draft(snapshot_download("{repo_id}"), target, tok, device=str(target.device))

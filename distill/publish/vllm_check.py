@@ -5,14 +5,14 @@ accept what the bundled decoder accepts. So, on VLLM_PROMPTS fixed prompts (gree
 subprocess under the interpreter that has vLLM (distill/publish/vllm_run.py):
 
     lossless    vLLM with the draft emits exactly vLLM's target alone (low precision: a divergence only at a
-                near-tie of the target's logits within a calibrated ε, decode.lossless's rule, as in compat);
+                near-tie of the target's logits within a calibrated ε, decode.drafting.lossless's rule, as in compat);
     α agrees    vLLM's counters, accepted / drafted tokens, against the bundled decoder's α on the same prompts
                 within `alpha_tolerance` (see there);
     speed       tokens/s with the draft ÷ target alone, same prompts, same process, after a warm-up: stated on
                 the card next to the bundled decoder's numbers, with a warning when it is below 1.
 
 A standalone draft is served as `method: draft_model`; a feature head (a speculators eagle3 folder,
-decode.feature_head.is_head_folder) as `method: eagle3`, after servable.head_problems finds nothing in its folder
+decode.models.feature_head.is_head_folder) as `method: eagle3`, after servable.head_problems finds nothing in its folder
 that vLLM would read differently, and proven the same way (the bundled decoder runs the head with its HeadChain).
 
 The check is skipped, saying so, only when vLLM is not installed in that interpreter.
@@ -29,13 +29,13 @@ from pathlib import Path
 
 import torch
 
-from decode import lossless
-from decode.feature_head import is_head_folder
+from decode.drafting import lossless
+from decode.drafting.speculative import generate
+from decode.models.feature_head import is_head_folder
+from decode.models.targets import eos_ids, load_draft
 from decode.options import DecodeOptions
 from decode.prompts import encode_prompt, read_prompts
-from decode.runner_choice import runner_for
-from decode.speculative import generate
-from decode.targets import eos_ids, load_draft
+from decode.runners.choice import runner_for
 from distill.publish import servable
 
 RUNNER = Path(__file__).with_name("vllm_run.py")
@@ -112,7 +112,7 @@ def compare(result: dict, ours: dict, gamma: int, rule: str = "exact", epsilon: 
             margin=None) -> tuple[bool, str, dict]:
     """(ok, detail, numbers) from vLLM's RESULT and our_run's totals on the same prompts.
 
-    Every prompt's output with the draft is judged against vLLM's target alone by decode.lossless's `rule`:
+    Every prompt's output with the draft is judged against vLLM's target alone by decode.drafting.lossless's `rule`:
     margin(p, ref) -> the margin function (i, token) of prompt p (lossless.margin_fn), which the numeric rule needs
     to excuse a near-tie within `epsilon`. vLLM is not rerun from the target's prefix after an excused divergence
     (two more engine loads): the rest of that prompt is counted in numbers' `unchecked_tokens`.
@@ -193,7 +193,7 @@ def prove(folder: Path, target_path: str, target, tokenizer, gamma: int, python:
     draft = load_draft(str(folder), target, tokenizer, device=str(target.device))
     ours = our_run(target, tokenizer, draft.model, draft.vocab_map, prompts, VLLM_NEW_TOKENS, gamma)
 
-    # low precision: near-ties within the ε of our target's own forward paths are excused (decode.lossless)
+    # low precision: near-ties within the ε of our target's own forward paths are excused (decode.drafting.lossless)
     runner = runner_for(target)
     rule, eps = lossless.rule_and_epsilon(target.dtype, [runner], [(ids + out, len(ids)) for ids, out in zip(
         prompts[:lossless.CALIBRATION_PROMPTS], ours["outputs"])], lossless.verify_sizes(DecodeOptions(gamma=gamma)))

@@ -9,7 +9,7 @@ the standard library (not specdistill, whose transformers may differ from vLLM's
      "dtype": "float32" | "bfloat16" | ..., "max_model_len": int, "method": "draft_model" | "eagle3"}
 
 "method" is vLLM's speculative method: draft_model (the default) for a standalone draft, eagle3 for a feature head
-(a speculators eagle3 folder, decode.feature_head).
+(a speculators eagle3 folder, decode.models.feature_head).
 
 RESULT.json: {"vllm": version, "target_alone": RUN, "speculative": RUN}, RUN = {"outputs": [[new token ids]],
 "tokens": int, "seconds": float, "drafts", "draft_tokens", "accepted": vLLM's spec-decode counters over the timed

@@ -1,10 +1,13 @@
 """train: build a draft from a design and distill it on collected target outputs (`accelerate launch distill/train.py`).
 
-    job.py           TrainConfig, main(), and train(): setup, data, model, batches, engine, resume, loop, top to bottom
+    job.py           main() and train(): setup, data, model, batches, engine, resume, loop, top to bottom
+    config.py        TrainConfig (every setting, its default and checks) and the learning-rate schedule
+    setup.py         the accelerator, ZeRO-3's plain builds, the command recorded, the resumed state, the throughput meter
+    build.py         the draft as built (Draft): a standalone design or a feature head, and a head's features
     data.py          the collected rows loaded and split, examples over them left on disk, their batch order
     loop.py          one optimizer step, metrics, the preemption signal, checkpoint saves (what the loop shares: Run)
     proxy.py         the held-out acceptance proxy (teacher-forced top-1 agreement) and the optional real decode
-    export.py        each checkpoint's draft folder: the calibrated weights and specdistill.json (decode.draft_folder)
+    export.py        each checkpoint's draft folder: the calibrated weights and specdistill.json (decode.models.draft_folder)
     designs.py       draft designs built from the target's files: target_layers, prune, random, pretrained; reduced
                      vocabulary; freezing
     prune.py         Sheared-LLaMA width pruning by weight roles, and the target's activation importance
@@ -19,7 +22,8 @@
     copy_probe.py    `python -m distill.train.copy_probe`: does a draft copy from its context?
 """
 
+from distill.train.config import TrainConfig, lr_at
 from distill.train.data import concatenate
-from distill.train.job import TrainConfig, lr_at, main, train
+from distill.train.job import main, train
 
 __all__ = ["TrainConfig", "concatenate", "lr_at", "main", "train"]

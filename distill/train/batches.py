@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import torch
 
-from decode.draft_folder import VocabMap
+from decode.models.draft_folder import VocabMap
 
 COLUMNS = ("prompt_ids", "response_ids", "topk_ids", "topk_logprobs")
 LENGTH_BATCH = 65536  # rows whose lengths are read at a time (only their list offsets are touched)

@@ -2,7 +2,7 @@
 
     RUN/checkpoint-000200/            accelerate state (model, optimizer, RNG; DeepSpeed shards under ZeRO)
     RUN/checkpoint-000200/trainer_state.json   step (= data position), metrics, written last
-    RUN/checkpoint-000200/hf/         the draft as a plain HF folder (docs/architecture.md, "Draft checkpoint folder"; written by decode.draft_folder)
+    RUN/checkpoint-000200/hf/         the draft as a plain HF folder (docs/architecture.md, "Draft checkpoint folder"; written by decode.models.draft_folder)
 
 Dtypes: the accelerate state holds the weights the optimizer steps, as they are, so a resume is exact: fp32 under
 --precision fp32 and under accelerate's bf16 autocast (there the parameters are the fp32 master weights), 16-bit

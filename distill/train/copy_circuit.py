@@ -174,6 +174,31 @@ def widened_size(h: int, nq: int, ngram: int = NGRAM) -> int:
     return -(-(h + 2 * CODE_DIMS + ngram * k + 1) // step) * step
 
 
+
+def _previous_token_heads(p: dict, inv: torch.Tensor, d: int, nh: int, nkv: int, k: int, match: slice,
+                          prevs: list[slice], out_scale: float) -> None:
+    """The first layer's part of the circuit, written into the parameters p (name -> tensor) in place."""
+    # first layer: previous-token heads (query heads nh + j look j+1 back). Constant k = a_i (cos w_i, sin w_i)
+    # and q = a_i (cos(-j w_i), sin(-j w_i)) per pair: RoPE makes q.k = sum_i a_i^2 cos(w_i (m - n - 1 - j)),
+    # largest at n = m - 1 - j.
+    half, ngram, kvh = d // 2, len(prevs), slice(nkv * d, (nkv + 1) * d)  # kvh: the new KV group
+    fast = torch.arange(PREV_PAIRS)
+    deltas = torch.arange(-1, 8192, dtype=torch.float64)
+    s = torch.cos(inv[fast, None] * deltas[None]).sum(0)  # (len,) score per unit a^2 at offset m-n-1 = delta
+    margin = (s[1] - torch.cat([s[:1], s[2:]]).max()).item()
+    a = math.sqrt(PREV_GAP / margin * math.sqrt(d))
+    a0 = "model.layers.0.self_attn."
+    kb = torch.zeros(d, dtype=torch.float64)
+    kb[fast], kb[fast + half] = a * torch.cos(inv[fast]), a * torch.sin(inv[fast])
+    p[a0 + "k_proj.bias"][kvh] = kb.to(p[a0 + "k_proj.bias"])
+    p[a0 + "v_proj.weight"][nkv * d: nkv * d + k, match] = torch.eye(k)
+    for j in range(ngram):
+        qb = torch.zeros(d, dtype=torch.float64)
+        qb[fast], qb[fast + half] = a * torch.cos(-j * inv[fast]), a * torch.sin(-j * inv[fast])
+        p[a0 + "q_proj.bias"][(nh + j) * d: (nh + j + 1) * d] = qb.to(p[a0 + "k_proj.bias"])
+        p[a0 + "o_proj.weight"][prevs[j], (nh + j) * d: (nh + j) * d + k] = torch.eye(k) * out_scale
+
+
 def add_copy_circuit(model, sequences: list[list[int]], sink_id: int | None, seed: int = 0, ngram: int = NGRAM):
     """The draft widened with the copy circuit (module docstring). sequences: a few token id lists (draft ids)
     to measure the residual scale on; sink_id: the draft id of the token every prompt starts with (or None);
@@ -204,7 +229,6 @@ def add_copy_circuit(model, sequences: list[list[int]], sink_id: int | None, see
     prevs = [slice(h + CODE_DIMS + j * k, h + CODE_DIMS + (j + 1) * k) for j in range(ngram)]  # code of token m-1-j
     flag = h + CODE_DIMS + ngram * k
     out = slice(flag + 1, flag + 1 + CODE_DIMS)
-    kvh = slice(nkv * d, (nkv + 1) * d)  # the new KV group
 
     g = torch.Generator().manual_seed(seed)
     codes = torch.randint(0, 2, (emb.shape[0], CODE_DIMS), generator=g).to(emb) * 2 - 1  # (V, C)
@@ -221,24 +245,7 @@ def add_copy_circuit(model, sequences: list[list[int]], sink_id: int | None, see
             E[sink_id, flag] = r_last / fix
             E[sink_id, code] = 0.0  # resting on the sink copies nothing (its code would boost <|im_start|>)
 
-        # first layer: previous-token heads (query heads nh + j look j+1 back). Constant k = a_i (cos w_i, sin w_i)
-        # and q = a_i (cos(-j w_i), sin(-j w_i)) per pair: RoPE makes q.k = sum_i a_i^2 cos(w_i (m - n - 1 - j)),
-        # largest at n = m - 1 - j.
-        fast = torch.arange(PREV_PAIRS)
-        deltas = torch.arange(-1, 8192, dtype=torch.float64)
-        s = torch.cos(inv[fast, None] * deltas[None]).sum(0)  # (len,) score per unit a^2 at offset m-n-1 = delta
-        margin = (s[1] - torch.cat([s[:1], s[2:]]).max()).item()
-        a = math.sqrt(PREV_GAP / margin * math.sqrt(d))
-        a0 = "model.layers.0.self_attn."
-        kb = torch.zeros(d, dtype=torch.float64)
-        kb[fast], kb[fast + half] = a * torch.cos(inv[fast]), a * torch.sin(inv[fast])
-        p[a0 + "k_proj.bias"][kvh] = kb.to(E)
-        p[a0 + "v_proj.weight"][nkv * d: nkv * d + k, match] = torch.eye(k)
-        for j in range(ngram):
-            qb = torch.zeros(d, dtype=torch.float64)
-            qb[fast], qb[fast + half] = a * torch.cos(-j * inv[fast]), a * torch.sin(-j * inv[fast])
-            p[a0 + "q_proj.bias"][(nh + j) * d: (nh + j + 1) * d] = qb.to(E)
-            p[a0 + "o_proj.weight"][prevs[j], (nh + j) * d: (nh + j) * d + k] = torch.eye(k) * r_emb * fix
+        _previous_token_heads(p, inv, d, nh, nkv, k, match, prevs, r_emb * fix)
 
         # last layer: induction head (query head nh). Term j matches the code of token m-j (q) against that of
         # token n-1-j (k); an exact match of every term scores ~MATCH_SCORE.

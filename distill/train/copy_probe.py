@@ -4,7 +4,7 @@
         --data runs/pipeline-default/heldout
 
 Small targets repeat their prompt and themselves. Where the last n tokens occurred earlier in the context,
-the token that followed them then (decode.lookup) is often the target's next token; a 2-layer draft trained on
+the token that followed them then (decode.drafting.lookup) is often the target's next token; a 2-layer draft trained on
 a few 10k tokens does not learn that copy (it needs induction heads). This prints, on collected held-out data:
   - per minimum match length n: the share of positions with a match, the lookup's and the draft's top-1
     agreement with the target there, and the agreement of "lookup where it matches, else the draft"
@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from decode.cli import run_job
-from decode.draft_folder import VocabMap
+from decode.drafting.lookup import MAX_NGRAM, longest_match
 from decode.errors import UserError
-from decode.lookup import MAX_NGRAM, longest_match
-from decode.targets import load_draft, load_target
+from decode.models.draft_folder import VocabMap
+from decode.models.targets import load_draft, load_target
 from distill.collect.shards import load_collected
 from distill.train import batches
 from distill.train.student import Student

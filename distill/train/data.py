@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from decode.errors import UserError
 from distill.collect.shards import (
@@ -20,9 +19,10 @@ from distill.collect.shards import (
     tokenizer_fingerprint,
 )
 from distill.train import batches, losses
+from distill.train.config import batch_tokens
 
 if TYPE_CHECKING:
-    from distill.train.job import TrainConfig
+    from distill.train.config import TrainConfig
 
 
 @dataclass
@@ -119,23 +119,6 @@ def default_max_seq_len(cfg: TrainConfig, data: Data) -> int:
     return longest + PROMPT_TOKENS
 
 
-# --batch-tokens auto with a CUDA device: 16,384 padded tokens a micro-batch. A GPU step has fixed costs (the
-# optimizer's pass over every weight and moment, kernel launches, the loss's chunks) that a few hundred tokens
-# (8 sequences) leave dominant; at 16k an 8B-wide 2-layer draft computes ~4.5e13 FLOPs a step (flops.train_flops;
-# ~60 ms at 75% of an H100's 989 TFLOP/s), and its saved activations (~0.2 MB a token a layer in bf16: ~7 GB) fit
-# beside the weights and Adam state on a 24 GB card. configs/train/gpu-8b.yaml uses the same. Off on CPU, where the
-# default recipe's numbers were measured with --batch-size 8 sequences.
-AUTO_BATCH_TOKENS = 16384
-
-
-def batch_tokens(cfg: TrainConfig) -> int:
-    """--batch-tokens resolved: -1 (auto) = AUTO_BATCH_TOKENS with a CUDA device, 0 (off: --batch-size sequences)
-    on CPU; any other value as given."""
-    if cfg.batch_tokens >= 0:
-        return cfg.batch_tokens
-    return AUTO_BATCH_TOKENS if torch.cuda.is_available() else 0
-
-
 def batch_order(cfg: TrainConfig, examples: batches.Examples):
     """epoch -> that epoch's batches of example indices (batches.batch_order: similar lengths, shuffled by seed
     and epoch; --batch-size examples each, or by --batch-tokens); the few epochs a run is in are cached."""
@@ -144,8 +127,3 @@ def batch_order(cfg: TrainConfig, examples: batches.Examples):
                                                                             budget))
 
 
-def data_workers(cfg: TrainConfig) -> int:
-    """--data-workers resolved: -1 = 2 collating processes on GPU (cores to spare), one thread on CPU."""
-    if cfg.data_workers >= 0:
-        return cfg.data_workers
-    return 2 if torch.cuda.is_available() else 0

@@ -11,7 +11,7 @@ build_draft_from_files builds from the target's folder, reading only the tensors
 job's way: a 2-layer draft of a 70B target never holds the 70B); build_draft from a target already in memory.
 `prune` is Sheared-LLaMA-style structured width pruning (distill/train/prune.py); it alone loads the whole target.
 A reduced vocabulary keeps the matching rows of the embedding and head, in place; `vocab_map[i]` is the target id
-of draft id i (stored as decode.draft_folder.VOCAB_MAP_FILE).
+of draft id i (stored as decode.models.draft_folder.VOCAB_MAP_FILE).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from decode import latency
-from decode.draft_folder import VocabMap, read_vocab_map
+from decode.bench import latency
 from decode.errors import UserError
-from decode.layer_cut import (
+from decode.models.draft_folder import VocabMap, read_vocab_map
+from decode.models.layer_cut import (
     config_dtype,
     cut_config,
     draft_from_files,
@@ -37,7 +37,7 @@ from decode.layer_cut import (
     has_safetensors,
     target_generation_config,
 )
-from decode.targets import check_tokenizers, load_model, resolve
+from decode.models.targets import check_tokenizers, load_model, resolve
 from distill.train import copy_circuit
 from distill.train.prune import PRUNE_TYPES, ffn_name, importance, prune, target_widths
 

@@ -11,7 +11,7 @@ from distill.train import head
 from distill.train.student import Student
 
 if TYPE_CHECKING:
-    from distill.train.job import TrainConfig
+    from distill.train.config import TrainConfig
 
 
 def use_compile(cfg: TrainConfig, accelerator) -> bool:

@@ -1,6 +1,6 @@
 """The draft as a plain HF folder beside each checkpoint (RUN/checkpoint-N/hf), with its specdistill.json record.
 
-decode, distill.evaluate and distill.publish load this folder (decode.draft_folder), never the accelerate state,
+decode, distill.evaluate and distill.publish load this folder (decode.models.draft_folder), never the accelerate state,
 so it holds the draft as the last evaluation measured it: the copy circuit calibrated, LoRA merged into plain
 weights, a reduced vocabulary's map beside it.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from decode import draft_folder
-from decode.feature_head import FeatureHead
-from decode.targets import DEFAULT_HUB_ID, DEFAULT_TARGET
+from decode.models import draft_folder
+from decode.models.feature_head import FeatureHead
+from decode.models.targets import DEFAULT_HUB_ID, DEFAULT_TARGET
 from distill.train import batches, copy_circuit
 
 

@@ -123,7 +123,7 @@ def standalone_shape(model) -> DraftShape:
 
 
 def head_shape(head, ttt_steps: int) -> DraftShape:
-    """The DraftShape of a decode.feature_head.FeatureHead trained with ttt_steps TTT steps."""
+    """The DraftShape of a decode.models.feature_head.FeatureHead trained with ttt_steps TTT steps."""
     c, layer = head.config, head.layers[0]
     return DraftShape(1, c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                       head.draft_vocab_size, qkv_in=2 * c.hidden_size, features=head.fc.in_features,

@@ -1,7 +1,7 @@
 """Feature-conditioned heads (`--design feature_head`, EAGLE-3 style): how they are built, where their features
 come from, and their training-time test.
 
-    build_head      the head of decode.feature_head: the target's embedding, final norm and head rows (frozen,
+    build_head      the head of decode.models.feature_head: the target's embedding, final norm and head rows (frozen,
                     as EAGLE-3 keeps them), plus fc and one decoder layer, from the target's last layer
                     (--init target_layers: fc passes the highest feature layer through) or random (--init random)
     features        stored: the target runs once over every example at the start of the run; its hidden states
@@ -27,8 +27,8 @@ import torch
 from transformers import AutoConfig
 
 from decode.errors import UserError
-from decode.feature_head import FeatureHead, default_layers, layer_config
-from decode.layer_cut import draft_from_files
+from decode.models.feature_head import FeatureHead, default_layers, layer_config
+from decode.models.layer_cut import draft_from_files
 from distill.train import losses
 from distill.train.student import chunk_rows, pads_invisible
 

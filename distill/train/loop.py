@@ -20,8 +20,9 @@ from distill.tracking import Tracker
 from distill.train import checkpoints, export, flops, proxy
 
 if TYPE_CHECKING:
+    from distill.train.build import Draft
+    from distill.train.config import TrainConfig
     from distill.train.data import Data
-    from distill.train.job import Draft, TrainConfig
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Run:
     run_dir: Path
     tracker: Tracker
     online: Any = None              # a feature head's online features (head.OnlineFeatures); None otherwise
-    peak_lr: float = 0.0            # --lr at this draft's width (job.peak_lr)
+    peak_lr: float = 0.0            # --lr at this draft's width (config.peak_lr)
     skipped: int = 0                # non-finite steps skipped so far (saved with each checkpoint)
     skipped_in_row: int = 0         # of them, the latest consecutive ones
 

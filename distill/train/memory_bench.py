@@ -60,7 +60,7 @@ def write_target(folder: Path, hidden: int, layers: int) -> str:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from decode.targets import load_tokenizer
+    from decode.models.targets import load_tokenizer
 
     tok = load_tokenizer("default")
     config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
@@ -76,7 +76,7 @@ def write_target(folder: Path, hidden: int, layers: int) -> str:
 def write_collected(out: Path, target: str, tokens: int, response_len: int, prompt_len: int, topk: int,
                     seed: int = 0) -> dict:
     """A synthetic collection of `tokens` response tokens (rows of response_len) with top-k, as collection writes it."""
-    from decode.targets import load_tokenizer
+    from decode.models.targets import load_tokenizer
     from distill.collect import shards
 
     tok = load_tokenizer(target)
@@ -139,7 +139,7 @@ def write_big_target(folder: Path, hidden: int, layers: int) -> dict:
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from decode.targets import load_tokenizer
+    from decode.models.targets import load_tokenizer
 
     tok = load_tokenizer("default")
     config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
@@ -168,9 +168,9 @@ def write_big_target(folder: Path, hidden: int, layers: int) -> dict:
 
 BUILD = {  # what each subprocess runs: the draft as training builds it, and the fp32 whole-target load it replaced
     "from_files": "from distill.train.designs import DraftDesign, build_draft_from_files\n"
-                  "from decode.targets import load_tokenizer\n"
+                  "from decode.models.targets import load_tokenizer\n"
                   "draft, _ = build_draft_from_files(DraftDesign(), FOLDER, load_tokenizer(FOLDER))\n",
-    "whole_target": "from decode.layer_cut import draft_from_layers\nfrom decode.targets import load_model\n"
+    "whole_target": "from decode.models.layer_cut import draft_from_layers\nfrom decode.models.targets import load_model\n"
                     "target, _ = load_model(FOLDER, 'float32')\ndraft = draft_from_layers(target, [0, 1])\n",
 }
 # every weight read once, so that memory-mapped tensors are resident, as they are once training touches them

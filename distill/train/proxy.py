@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from decode.draft_folder import VocabMap
+from decode.drafting.speculative import generate
+from decode.models.draft_folder import VocabMap
+from decode.models.targets import eos_ids
 from decode.options import DecodeOptions
 from decode.prompts import encode_prompt
-from decode.speculative import generate
-from decode.targets import eos_ids
 from distill.prompts import load_prompts
 from distill.train import batches, copy_circuit
 

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from decode.errors import UserError
-from decode.layer_cut import cut_config, cut_keys, layer_list
+from decode.models.layer_cut import cut_config, cut_keys, layer_list
 
 # width pruning knows these dense attention + MLP layers (the roles of their weights in _PRUNE_ROLES below)
 PRUNE_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "starcoder2")

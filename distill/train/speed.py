@@ -5,7 +5,7 @@
     accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 1 -m distill.train.speed --shape 8b
     python -m distill.train.speed --shape tiny --design standalone --steps 3      # CPU: seconds
 
-The draft is what configs/train/gpu-8b.yaml trains for a target of that shape (decode/shapes.py), built from the
+The draft is what configs/train/gpu-8b.yaml trains for a target of that shape (decode/models/shapes.py), built from the
 shape's config with random weights on the device (no target weights, no files): standalone = its layers (2) at
 full width with its draft vocabulary (8,192) and the embedding and head frozen; head = the feature head, one layer
 at the target's width reading 3 feature layers, the same vocabulary, unrolled --ttt-steps. It trains through the
@@ -37,11 +37,11 @@ from transformers import LlamaForCausalLM
 
 from decode import cli
 from decode.errors import UserError
-from decode.feature_head import FeatureHead, default_layers, layer_config
-from decode.shapes import SHAPES, shape_config
+from decode.models.feature_head import FeatureHead, default_layers, layer_config
+from decode.models.shapes import SHAPES, shape_config
 from distill.collect import CollectConfig
-from distill.train import engine, flops, head, job, loop
-from distill.train.data import batch_tokens
+from distill.train import engine, flops, head, loop, setup
+from distill.train.config import TrainConfig, batch_tokens, peak_lr
 from distill.train.designs import apply_freeze
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "gpu-8b.yaml"
@@ -51,7 +51,7 @@ BATCHES = 4  # distinct synthetic batches, cycled: the host makes them once, bef
 
 @dataclass
 class SpeedConfig:
-    shape: str = field(default="8b", metadata={"help": f"the target's shape: {' | '.join(SHAPES)} (decode/shapes.py)"})
+    shape: str = field(default="8b", metadata={"help": f"the target's shape: {' | '.join(SHAPES)} (decode/models/shapes.py)"})
     design: str = field(default="standalone", metadata={"help": "standalone (the recipe's layers at full width) | "
                         "head (a feature head reading 3 feature layers)"})
     steps: int = field(default=20, metadata={"help": "timed optimizer steps, after the warm-up"})
@@ -63,7 +63,7 @@ class SpeedConfig:
     prompt_len: int = field(default=128, metadata={"help": "prompt tokens of a synthetic sequence"})
     response_len: int = field(default=384, metadata={"help": "response tokens (trained positions) of a synthetic "
                               "sequence; lengths vary by up to 1/8 below, as length-bucketed batches do"})
-    ttt_steps: int = field(default=job.TrainConfig.ttt_steps, metadata={"help": "head: training-time test steps"})
+    ttt_steps: int = field(default=TrainConfig.ttt_steps, metadata={"help": "head: training-time test steps"})
     compile: str = field(default="auto", metadata={"help": "torch.compile the layers: on | off | auto (as training: "
                          "engine.use_compile)"})
     out: str = field(default="", metadata={"help": "also write the JSON result here"})
@@ -80,10 +80,10 @@ class SpeedConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(self, name)}")
 
 
-def train_config(s: SpeedConfig) -> job.TrainConfig:
+def train_config(s: SpeedConfig) -> TrainConfig:
     """The recipe (configs/train/gpu-8b.yaml) with this run's design, batch, compile, and --precision auto (its bf16
     on CUDA; float32 on CPU, where bf16 autocast is not what training uses)."""
-    return cli.parse(job.TrainConfig, ["--config", str(RECIPE), "--design", DESIGNS[s.design], "--precision", "auto",
+    return cli.parse(TrainConfig, ["--config", str(RECIPE), "--design", DESIGNS[s.design], "--precision", "auto",
                                        "--compile", s.compile, "--batch-tokens", str(s.batch_tokens),
                                        "--ttt-steps", str(s.ttt_steps), "--seed", str(s.seed), "--report-to", "none"])
 
@@ -91,7 +91,7 @@ def train_config(s: SpeedConfig) -> job.TrainConfig:
 # --- the draft, from the shape
 
 
-def build(cfg: job.TrainConfig, shape: str, device: torch.device):
+def build(cfg: TrainConfig, shape: str, device: torch.device):
     """(the draft with random float32 weights on `device`, frozen as the recipe says, its flops.DraftShape)."""
     target = shape_config(shape)
     vocab = int(cfg.vocab) if cfg.vocab != "full" else target.vocab_size
@@ -133,14 +133,14 @@ def synthetic_batch(g: torch.Generator, sequences: int, prompt: int, response: i
     return out
 
 
-def batch_shape(cfg: job.TrainConfig, s: SpeedConfig) -> tuple[int, int]:
-    """(token budget a micro-batch, sequences a micro-batch): the budget training resolves here (data.batch_tokens),
+def batch_shape(cfg: TrainConfig, s: SpeedConfig) -> tuple[int, int]:
+    """(token budget a micro-batch, sequences a micro-batch): the budget training resolves here (config.batch_tokens),
     or TrainConfig's --batch-size default of sequences where that is off (CPU)."""
     budget = batch_tokens(cfg)
     length = s.prompt_len + s.response_len - 1
     if budget:
         return budget, max(1, budget // length)
-    sequences = job.TrainConfig.batch_size
+    sequences = TrainConfig.batch_size
     return sequences * length, sequences
 
 
@@ -156,15 +156,15 @@ def feed(batches: list[dict]):
 
 def measure(s: SpeedConfig) -> dict:
     cfg = train_config(s)
-    job.quiet_third_party()
-    accelerator = job.make_accelerator(cfg)
-    job.prepare_zero3(cfg, accelerator)
+    setup.quiet_third_party()
+    accelerator = setup.make_accelerator(cfg)
+    setup.prepare_zero3(cfg, accelerator)
     torch.manual_seed(s.seed)
     model, shape = build(cfg, s.shape, accelerator.device)
     student, optimizer, params = engine.make_engine(cfg, accelerator, model)
     width = model.config.hidden_size
     for g in optimizer.param_groups:
-        g["lr"] = job.peak_lr(cfg, width)
+        g["lr"] = peak_lr(cfg, width)
     budget, sequences = batch_shape(cfg, s)
     gen = torch.Generator().manual_seed(s.seed + accelerator.process_index)
     topk = CollectConfig.topk

@@ -152,8 +152,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def token_counts(rows: list[dict]) -> dict[str, int]:
     """Prompt length of each row in tokens of the default target, chat template applied (as the collector encodes)."""
+    from decode.models.targets import load_tokenizer
     from decode.prompts import encode_prompt
-    from decode.targets import load_tokenizer
 
     tok = load_tokenizer("default")
     return {r["id"]: len(encode_prompt(tok, r)) for r in rows}

@@ -15,7 +15,7 @@ more than the weights themselves (ISSUE 37: 47 ms a target forward in the run). 
           written with index_copy_ at those positions, and attention reads the whole buffer under an additive mask
           built from them (masked rows are zeros, never NaN), one batched matmul per K/V head group, so GQA needs
           no expanded K/V.
-  tree    a token tree's forward (decode.tree: a verification, or a draft's level) replays its own graph: the
+  tree    a token tree's forward (decode.drafting.tree: a verification, or a draft's level) replays its own graph: the
           rows' rotary offsets and their mask over the last TREE_WINDOW columns are static inputs too (every
           column before the window is visible to every row; a tree whose mask differs there runs eagerly).
   other   a prompt (n > MAX_GRAPH_TOKENS) runs FastLlama's eager forward on the same buffers.
@@ -34,7 +34,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from decode.runners import FastLlama, StaticCache, _Linear
+from decode.runners.fast import FastLlama, StaticCache, _Linear
 
 MAX_GRAPH_TOKENS = 17  # a verification of γ = 16 drafts; longer forwards (prompts) run eagerly
 MIN_CAPACITY = 256

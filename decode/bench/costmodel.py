@@ -41,7 +41,7 @@ def speedup(alpha: float, gamma: int, c: float, v: float) -> float:
 
 def speedup_with_lookup(alpha: float, gamma: int, c: float, v: dict[int, float], lookup_share: float,
                         lookup_alpha: float, lookup_len: float, v_draft: float | None = None) -> float:
-    """Predicted speedup when a share of rounds proposes from context lookup (decode.lookup) instead of the draft.
+    """Predicted speedup when a share of rounds proposes from context lookup (decode.drafting.lookup) instead of the draft.
 
     A lookup round proposes lookup_len tokens (the mean; v at the nearest measured γ) with no draft forward, accepted
     i.i.d. with lookup_alpha; a draft round is the plain model. Per round on average:
@@ -56,7 +56,7 @@ def speedup_with_lookup(alpha: float, gamma: int, c: float, v: dict[int, float],
 
 def tree_speedup(tau_: float, levels: float, c: float, v_nodes: float, lookup_share: float = 0.0,
                  v_lookup: float = 0.0) -> float:
-    """Predicted speedup of token trees (decode.tree): tau_ tokens per round (measured: a tree's acceptance is not
+    """Predicted speedup of token trees (decode.drafting.tree): tau_ tokens per round (measured: a tree's acceptance is not
     i.i.d. per token, so τ comes from the run's per-depth acceptance), for `levels` draft forwards (c each) and one
     verification of the tree's N nodes + 1 (v_nodes = v(N)) per draft round; a share of rounds proposed by context
     lookup costs v_lookup each instead."""
@@ -93,10 +93,10 @@ def alpha_for_speedup(target_speedup: float, gamma: int, c: float, v: float, tol
 
 
 def v_at(v: dict[int, float], gamma: int) -> float:
-    """v(γ) for any γ ≥ 1 from the measured ones (decode.latency.measure: γ = 1..6 and 8, plus those run):
+    """v(γ) for any γ ≥ 1 from the measured ones (decode.bench.latency.measure: γ = 1..6 and 8, plus those run):
     measured values as they are, straight lines between neighbours, and beyond the measured range the slope of
     the last (or first) two points. v grows close to linearly in γ+1 once a forward is compute bound, and a
-    line through neighbours keeps each kernel's steps (decode.smallgemm) where they were measured. Never below 1:
+    line through neighbours keeps each kernel's steps (decode.runners.smallgemm) where they were measured. Never below 1:
     verifying γ+1 tokens costs at least one target step."""
     if not v:
         raise ValueError("v_at: no measured v(γ)")

@@ -27,10 +27,10 @@ from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 from transformers.utils import logging as hf_logging
 
-from decode import draft_folder
 from decode.errors import UserError
-from decode.feature_head import FeatureHead, is_head_folder
-from decode.layer_cut import draft_from_layers, parse_layers
+from decode.models import draft_folder
+from decode.models.feature_head import FeatureHead, is_head_folder
+from decode.models.layer_cut import draft_from_layers, parse_layers
 
 hf_logging.disable_progress_bar()  # per-tensor loading bars drown the jobs' own output
 

@@ -186,7 +186,7 @@ class FeatureHead(torch.nn.Module):
     def step(self, ids: list[int], hid: torch.Tensor, cache: HeadCache, tree=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Run len(ids) positions after the cached ones: ids (n,) target ids, hid (n, H) -> (out (n, H), logits of
         the last position (V_draft,)). Head position p sits at rotary position p + 1.
-        tree = (positions (n,), mask (n, start + n) bool): a token tree's level (decode.tree), each row at head
+        tree = (positions (n,), mask (n, start + n) bool): a token tree's level (decode.drafting.tree), each row at head
         position positions[i] attending where mask[i] is True; the logits are then every row's, (n, V_draft)."""
         n, start = len(ids), cache.length
         if start + n > cache.k.shape[2]:
@@ -264,15 +264,3 @@ class FeatureHead(torch.nn.Module):
         return head.to(device=device, dtype=dtype or torch.float32).eval()
 
 
-class HeadRunner:
-    """A head as decode.latency times a draft step: one position from its own last output (runner protocol)."""
-
-    def __init__(self, head: FeatureHead):
-        self.head, self.config, self.device = head, head.config, head.device
-
-    def new_cache(self, max_len: int) -> HeadCache:
-        return self.head.new_cache(max_len)
-
-    def forward(self, ids: list[int], cache: HeadCache, keep: int) -> torch.Tensor:
-        hid = torch.zeros(len(ids), self.config.hidden_size, dtype=self.head.dtype, device=self.device)
-        return self.head.step(ids, hid, cache)[1][None]

@@ -1,4 +1,4 @@
-"""Measuring c and v(γ) on the device in use, through the same runners the decoder uses (decode.costmodel inputs)."""
+"""Measuring c and v(γ) on the device in use, through the same runners the decoder uses (decode.bench.costmodel inputs)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from decode.runner_choice import runner_for
+from decode.runners.choice import runner_for
 
 
 def _sync(device) -> None:
@@ -17,7 +17,7 @@ def _sync(device) -> None:
 
 def _seconds(device: torch.device, fn) -> float:
     """Seconds fn() takes: the wall clock on a CPU; on a GPU, CUDA events around it (as the decoder times its
-    phases in a run, decode.proposers.Clock), so isolated and in-run steps are measured the same way."""
+    phases in a run, decode.drafting.proposers.Clock), so isolated and in-run steps are measured the same way."""
     if device.type != "cuda":
         t0 = time.perf_counter()
         fn()
@@ -34,7 +34,7 @@ def _seconds(device: torch.device, fn) -> float:
 def step_latency(model, context: int, n_tokens: int, repeats: int = 10, warmup: int = 3,
                  weights: str = "float32") -> float:
     """Median seconds of one forward of n_tokens after a cached context of `context` tokens (logits for all).
-    weights: the runner a draft uses with draft_weights (decode.runner_choice.runner_for)."""
+    weights: the runner a draft uses with draft_weights (decode.runners.choice.runner_for)."""
     runner = runner_for(model, weights=weights)
     vocab = runner.config.vocab_size
     cache = runner.new_cache(context + n_tokens + 1)
@@ -102,7 +102,7 @@ def verify_ratio(model, context: int, n_tokens: int, repeats: int = 10, warmup: 
 def measure(target, draft, gammas: list[int], context: int = 128, repeats: int = 10,
             draft_weights: str = "float32", known_v: dict[int, float] | None = None) -> dict:
     """c (draft/target single-token latency) and v(γ) for each γ (paired with one-token forwards,
-    verify_ratio), with the raw latencies in ms. A feature head (decode.feature_head) is timed like any draft, one
+    verify_ratio), with the raw latencies in ms. A feature head (decode.models.feature_head) is timed like any draft, one
     head position after a cached context (its HeadRunner; draft_weights do not apply to it). known_v: v(γ) already
     measured on this target in this run (v is the target's alone; several drafts share it), reused as is."""
     t1 = step_latency(target, context, 1, repeats)
@@ -125,7 +125,7 @@ def measure(target, draft, gammas: list[int], context: int = 128, repeats: int =
         "draft_step_ms": round(d1 * 1e3, 3) if d1 is not None else None,
         "c": round(d1 / t1, 4) if d1 is not None else None,
         # how the target multiplies a single token, a prompt and a verification here (decode.runners: the faster of
-        # the kernel and torch's matmul, timed when the runner was built), and which kernel build (decode.smallgemm)
+        # the kernel and torch's matmul, timed when the runner was built), and which kernel build (decode.runners.smallgemm)
         "target_matmul": {"one_token": getattr(runner_for(target), "one_row", "torch"),
                           "prompt": getattr(runner_for(target), "prompt", "torch"),
                           "verify": getattr(runner_for(target), "verify", "torch"),
@@ -136,6 +136,6 @@ def measure(target, draft, gammas: list[int], context: int = 128, repeats: int =
 
 
 def _kernel_isa(runner) -> str | None:
-    """Which decode.smallgemm build the runner's kernel paths use (None: no kernel in this runner)."""
+    """Which decode.runners.smallgemm build the runner's kernel paths use (None: no kernel in this runner)."""
     packed = getattr(getattr(runner, "head", None), "packed", None)
     return packed.isa if packed is not None else None

@@ -3,9 +3,9 @@
 Prefill: the target caches the prompt and picks the first token (the draft caches the prompt too).
 Then rounds, with the last emitted token x not yet in the target's KV cache:
     propose:  d_1..d_g (and q_i, their proposal probs, when sampling), never past max_new_tokens: from
-              context lookup when the context's suffix occurred before (decode.lookup; g up to
+              context lookup when the context's suffix occurred before (decode.drafting.lookup; g up to
               max(lookup_tokens, γ)), else from the draft's γ steps from x (g <= γ; the dynamic schedule stops
-              early); none without a draft or lookup (g = 0: the target alone). decode.proposers
+              early); none without a draft or lookup (g = 0: the target alone). decode.drafting.proposers
     verify:   one target forward over [x, d_1..d_g]                -> p_0..p_g, logits (g+1, V)
     accept:   greedy: n = length of the prefix with d_i == argmax p_{i-1}; next = argmax p_n
               sampled: accept d_i with prob min(1, p(d_i)/q(d_i)); at the first rejection draw from
@@ -17,7 +17,7 @@ max_new_tokens. A lookup proposal is a draft whose q is one-hot, so the same acc
 exact, greedy or sampled.
 With `tree_nodes` N > 0 a round drafts a token tree instead of a chain (up to N nodes, γ levels deep: several
 continuations) and verifies it in one target forward under a tree mask; the longest accepted path is kept, greedy
-or sampled, by the rules in decode.tree, so the output stays the target's own.
+or sampled, by the rules in decode.drafting.tree, so the output stays the target's own.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from decode.draft_folder import VocabMap
+from decode.drafting.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer
+from decode.drafting.sampling import SamplingParams, logits_to_probs, sample
+from decode.drafting.tree import keep_rows, rank_counts, verify_mask, walk_greedy, walk_sampled
 from decode.errors import UserError
-from decode.feature_head import FeatureHead
-from decode.graphs import GraphLlama
+from decode.models.draft_folder import VocabMap
+from decode.models.feature_head import FeatureHead
 from decode.options import DEFAULT_CONFIDENCE, DecodeOptions, check_schedule
-from decode.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer
-from decode.runner_choice import runner_for
-from decode.runners import sliding_window
-from decode.sampling import SamplingParams, logits_to_probs, sample
-from decode.tree import keep_rows, rank_counts, verify_mask, walk_greedy, walk_sampled
+from decode.runners.choice import runner_for
+from decode.runners.graphs import GraphLlama
+from decode.runners.hf import sliding_window
 
 DEFAULTS = DecodeOptions()  # generate()'s options when none are given (read, never changed)
 
@@ -142,7 +142,7 @@ def verify(target, cache, last: int, proposals: list[int], stats: Stats) -> torc
 
 def verify_tree(target, cache, last: int, proposal: Proposal, stats: Stats, sampling: SamplingParams,
                 generator=None) -> tuple[list[int], int]:
-    """One target forward over [last, n_1..n_N] under the tree mask (decode.tree) and the walk down the tree ->
+    """One target forward over [last, n_1..n_N] under the tree mask (decode.drafting.tree) and the walk down the tree ->
     (accepted path: node indices, next token). The cache keeps last and the path (and the runner's features, when
     it captures them, their rows)."""
     tree, start = proposal.tree, cache.get_seq_length()
@@ -261,7 +261,7 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options:
 
     target/draft: HF causal LMs or runners (decode.runners); llama-family models run on the lean FastLlama path.
     draft=None without options.lookup runs the target alone; with lookup it is prompt-lookup decoding on its own.
-    vocab_map: (N,) target id of each draft id for a reduced-vocabulary draft (decode.targets.Draft.vocab_map).
+    vocab_map: (N,) target id of each draft id for a reduced-vocabulary draft (decode.models.targets.Draft.vocab_map).
     Returns the new token ids (ending with EOS if one was produced) and the call's Stats.
     """
     target = runner_for(target)

@@ -3,7 +3,7 @@ EAGLE-2's dynamic trees; SpecInfer's and Jeon et al. 2024's acceptance rules).
 
 grow: below the last emitted token x (the root), level 0 is the draft's usual first step (it feeds what the draft
       has not seen) and gives x's children; each later level feeds the promising nodes of the level before in one
-      draft forward (tree mask, decode.proposers) and gives their children. A node's priority is its parent's times
+      draft forward (tree mask, decode.drafting.proposers) and gives their children. A node's priority is its parent's times
       the draft's rank-i probability among the parent's children (rank i: the i-th most probable token when greedy,
       the i-th draw without replacement when sampling; in both cases the i-th largest probability of q_parent, so
       whether a node is drafted never depends on its own token, which keeps sampled trees exact). The tree is the
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from decode.draft_folder import VocabMap
-from decode.sampling import SamplingParams, logits_to_probs, sample
+from decode.drafting.sampling import SamplingParams, logits_to_probs, sample
+from decode.models.draft_folder import VocabMap
 
 
 @dataclass

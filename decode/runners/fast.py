@@ -1,109 +1,29 @@
-"""How the decoder runs a model: one forward over new tokens after a KV cache, returning the last positions' logits.
+"""FastLlama: a lean forward for llama-family models (llama, mistral, qwen2) on one device, in the spirit of gpt-fast.
 
-    runner.new_cache(max_len) -> cache          cache.crop(-n) drops the last n positions
-    runner.forward(ids, cache, keep) -> (keep, V) logits
-    runner.forward(ids, cache, keep, tree=(positions, mask))
-                                                a token tree's forward (decode.tree): id i at rotary position
-                                                positions[i] (n,), attending where mask[i] (n, start + n) is True
-    cache.keep(start, rows)                     keep positions start + rows[i] at start + i, forget the rest
-                                                (an accepted tree path)
-    runner.capture = (a, b, c)                     every later forward also leaves runner.features (n, 3H): the
-                                                   hidden states entering layers a, b, c at each of its n ids (HF's
-                                                   output_hidden_states[j]), which a feature head drafts from
-
-HFRunner works for any HF causal LM (DynamicCache), also one spread over several GPUs by a device map.
-FastLlama is a lean forward for llama-family models (llama, mistral, qwen2) on one device, in the spirit of
-gpt-fast: a preallocated KV cache whose rollback is a length change (no torch.cat, no copy), and no per-call
+A preallocated KV cache (StaticCache) whose rollback is a length change (no torch.cat, no copy), and no per-call
 mask or cache-object machinery. On the CPU its weights are pre-transposed into (in, out) layout with q|k|v and
-gate|up fused into one matrix each (at batch 1 and 1-8 tokens, CPU GEMMs run markedly faster that way than
-HF's (out, in) nn.Linear), a second copy of the weights that CPU-sized models afford. Elsewhere (CUDA) it
-multiplies the HF model's own tensors: no copy, so a target that fills the GPU still fits with its runner. On a
-CPU in float32, forwards of 2-16 tokens (a verification) multiply with decode.smallgemm (its AVX-512, AVX2 or
-portable build, whichever the CPU runs best), which reads each weight once whatever the token count (the
-portable build only where it beats torch's matmul there); single tokens and prompts of up to 256 tokens do too
-where that beats torch's matmul on the machine at hand (timed once per runner). It computes the same function as the HF model; tests check its logits against HF's and its greedy
-output against `generate`.
+gate|up fused into one matrix each (at batch 1 and 1-8 tokens, CPU GEMMs run markedly faster that way than HF's
+(out, in) nn.Linear), a second copy of the weights that CPU-sized models afford. Elsewhere (CUDA) it multiplies the
+HF model's own tensors: no copy, so a target that fills the GPU still fits with its runner. On a CPU in float32,
+forwards of 2-16 tokens (a verification) multiply with decode.runners.smallgemm (its AVX-512, AVX2 or portable
+build, whichever the CPU runs best), which reads each weight once whatever the token count (the portable build
+only where it beats torch's matmul there); single tokens and prompts of up to 256 tokens do too where that beats
+torch's matmul on the machine at hand (timed once per runner). It computes the same function as the HF model;
+tests check its logits against HF's and its greedy output against `generate`.
 """
 
 from __future__ import annotations
 
-import inspect
 import time
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 from transformers.activations import ACT2FN
 
-from decode import smallgemm
+from decode.runners import smallgemm
+from decode.runners.hf import STATEFUL_ROPE, model_devices, rope_type
 
 FAST_MODEL_TYPES = ("llama", "mistral", "qwen2")
-STATEFUL_ROPE = ("dynamic", "longrope")  # RoPE types whose frequencies depend on the sequence length (HFRunner)
-
-
-def rope_type(config) -> str:
-    """The RoPE type (transformers 5 calls the field rope_parameters; older configs rope_scaling)."""
-    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    return params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
-
-
-def sliding_window(config) -> int | None:
-    """The attention window of a model that has one in effect (every layer or some), else None."""
-    c = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if getattr(c, "use_sliding_window", True) is False:
-        return None
-    return getattr(c, "sliding_window", None) or None
-
-
-def model_devices(model) -> set[str]:
-    """Every device holding one of the model's parameters (several when a device map spread it)."""
-    return {str(p.device) for p in model.parameters()}
-
-
-class HFRunner:
-
-    def __init__(self, model):
-        self.model, self.config, self.device = model, model.config, model.device
-        self.cache_arg = cache_arg(model)
-        self.capture, self.features = (), None
-
-    def new_cache(self, max_len: int):
-        # no config: a config-built cache gives sliding-window layers that cannot be cropped (rolled back)
-        # once past the window; the model applies its window through the attention mask anyway
-        return TreeCache()
-
-    def forward(self, ids: list[int], cache, keep: int, tree=None) -> torch.Tensor:
-        x = torch.tensor([ids], device=self.device)
-        kw = {}
-        if tree is not None:  # the model's own 4D-mask path: an additive float mask, returned by HF as given
-            positions, mask = tree
-            bias = torch.zeros(mask.shape, dtype=self.model.dtype, device=self.device)
-            kw = {"position_ids": positions[None].to(self.device),
-                  "attention_mask": bias.masked_fill_(~mask.to(self.device), torch.finfo(bias.dtype).min)[None, None]}
-        out = self.model(input_ids=x, **{self.cache_arg: cache}, use_cache=True, logits_to_keep=keep,
-                         output_hidden_states=bool(self.capture), **kw)
-        if self.capture:  # (n, len(capture) * H), on the first device like the logits
-            self.features = torch.cat([out.hidden_states[j][0].to(self.device) for j in self.capture], -1)
-        # a model spread by a device map returns logits on its last GPU; the decoder and the draft work on the
-        # first (self.device, where the inputs go): move the (keep, V) rows there (a no-op on one device)
-        return out.logits[0].to(self.device)
-
-
-def cache_arg(model) -> str:
-    """The forward() keyword of the K/V cache: `cache` from transformers 5.24 on, where `past_key_values` is
-    deprecated (a warning at every call); `past_key_values` before, and for models that still take it."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-class TreeCache(DynamicCache):
-    """HF's DynamicCache with keep(): an accepted tree path's entries (gathered per layer) and nothing after."""
-
-    def keep(self, start: int, rows: list[int]) -> None:
-        for layer in self.layers:
-            if getattr(layer, "is_initialized", False):
-                idx = torch.tensor(rows, dtype=torch.long, device=layer.keys.device) + start
-                layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, idx]], 2)
-                layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, idx]], 2)
 
 
 class StaticCache:
@@ -134,8 +54,8 @@ class StaticCache:
 class _Linear:
     """y = x @ W^T + b for one or more nn.Linear layers sharing an input, outputs concatenated.
 
-    layout "io" (CPU): W copied into one (in, sum(out)) matrix; 2-16 rows go through decode.smallgemm where it is
-    usable (and, for float32, faster: FastLlama.set_paths). weights float16 / int8: 1-16 rows multiply weights stored that way (decode.smallgemm; drafts only: it
+    layout "io" (CPU): W copied into one (in, sum(out)) matrix; 2-16 rows go through decode.runners.smallgemm where it is
+    usable (and, for float32, faster: FastLlama.set_paths). weights float16 / int8: 1-16 rows multiply weights stored that way (decode.runners.smallgemm; drafts only: it
     rounds them). Longer inputs (a prompt) use the exact float32 weight.
     layout "hf": the HF layers' own (out, in) tensors, one matmul each (no copy)."""
 
@@ -216,7 +136,7 @@ def _faster(linears: list[_Linear], rows: int, repeats: int, a, b) -> bool:
 
 
 def _kernel_wins(linears: list[_Linear], rows: int, repeats: int) -> bool:
-    """Whether `rows`-token forwards multiply faster through decode.smallgemm than through torch's matmul (MKL).
+    """Whether `rows`-token forwards multiply faster through decode.runners.smallgemm than through torch's matmul (MKL).
     Which wins depends on the machine: on one 2-core box MKL was ~20% faster at one row; on another (AMD) the
     kernel was 1.8x at one row and 1.7x at a 44-token prompt. The portable build is timed at a verification's rows
     too (the AVX2 and AVX-512 builds win there by design)."""
@@ -226,7 +146,7 @@ def _kernel_wins(linears: list[_Linear], rows: int, repeats: int) -> bool:
 def _choose_prefetch(linears: list[_Linear], rows: int, repeats: int) -> int:
     """Sets, and returns, the kernel's prefetch distance for these weights (smallgemm.PREFETCH_BYTES or 0),
     whichever multiplies `rows` tokens faster here: software prefetch made a 5-row pass 1.4-1.5x faster on a
-    Sapphire Rapids and an earlier layout slower on an AMD EPYC (decode/csrc/smallgemm.cpp)."""
+    Sapphire Rapids and an earlier layout slower on an AMD EPYC (decode/runners/csrc/smallgemm.cpp)."""
     def at(distance):
         def multiply(lin, x):
             lin.packed.prefetch = distance
@@ -270,7 +190,7 @@ class FastLlama:
 
     @torch.no_grad()
     def __init__(self, model, weights: str = "float32", layout: str | None = None):
-        """weights: float16 or int8 keeps the weights so for forwards of up to 16 tokens (decode.smallgemm; a
+        """weights: float16 or int8 keeps the weights so for forwards of up to 16 tokens (decode.runners.smallgemm; a
         draft's numerics only move its acceptance, and its step is memory-bound). Ignored (float32) where the
         kernel is not usable. layout: "io" | "hf" (_Linear); default_layout(device) unless given."""
         c = self.config = model.config
@@ -296,7 +216,7 @@ class FastLlama:
         self.norm = model.model.norm.weight
         self.head = _Linear(model.lm_head, **kw)
         # forwards of up to MAX_ROWS tokens on the CPU: each layer's RoPE, cache write and attention in one call of
-        # the kernel's module (decode/csrc/attention.cpp) instead of a dozen tiny torch ops; torch's ops otherwise
+        # the kernel's module (decode/runners/csrc/attention.cpp) instead of a dozen tiny torch ops; torch's ops otherwise
         self.rows_attention = smallgemm.kernel().rows_attention if small_m else None
         self._cos = self._sin = None
         self.capture, self.features = (), None
@@ -308,7 +228,7 @@ class FastLlama:
         # 1.5-3.2 on an AVX2 EPYC), and a timing on a busy shared box can call two close paths either way. The
         # portable build is timed at a verification too: plain C++ may lose there.
         self.one_row = self.prompt = self.verify = "torch"
-        self.prefetch = 0  # the kernel's software prefetch distance in bytes (decode.smallgemm.PREFETCH_BYTES)
+        self.prefetch = 0  # the kernel's software prefetch distance in bytes (decode.runners.smallgemm.PREFETCH_BYTES)
         lin = self.linears()
         if small_m:  # timed at a verification's rows first: it moves the kernel's side of the timings below
             self.prefetch = _choose_prefetch(lin, VERIFY_PROBE if weights == "float32" else 1, 5)
@@ -402,7 +322,7 @@ class FastLlama:
     def forward(self, ids: list[int], cache: StaticCache, keep: int, tree=None) -> torch.Tensor:
         """Logits (keep, V) for the last `keep` of ids, after the cached positions.
 
-        tree = (positions (n,), mask (n, start + n) bool): a token tree's forward (decode.tree), id i at rotary
+        tree = (positions (n,), mask (n, start + n) bool): a token tree's forward (decode.drafting.tree), id i at rotary
         position positions[i] attending where mask[i] is True; None: causal, at positions start..start + n - 1.
         """
         n, start = len(ids), cache.length

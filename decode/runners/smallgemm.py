@@ -1,4 +1,4 @@
-"""The small-M CPU GEMM used to verify γ + 1 tokens at about the cost of one (decode/csrc/smallgemm.cpp).
+"""The small-M CPU GEMM used to verify γ + 1 tokens at about the cost of one (decode/runners/csrc/smallgemm.cpp).
 
     kernel(isa=None) -> the compiled module (chosen_isa()), or None when off or unbuilt (FastLlama: torch's matmul)
     Packed(w_io)(x, bias) -> x @ w_io (+ bias), x: (M, K) with MIN_ROWS <= M <= MAX_ROWS
@@ -7,11 +7,11 @@
                              the bytes; absmax rounding moves a weight by at most half a step (scale / 2)
     Packed.prefetch          bytes the kernel prefetches ahead of each weight stream (0 or PREFETCH_BYTES; the
                              result is the same either way, only the speed differs)
-    kernel().rows_attention  one layer's RoPE, cache write and attention for a few rows (decode/csrc/attention.cpp,
+    kernel().rows_attention  one layer's RoPE, cache write and attention for a few rows (decode/runners/csrc/attention.cpp,
                              compiled into the same module; decode.runners.FastLlama calls it)
 
 On a CPU, MKL's GEMM at M = 2..16 repacks the whole weight on every call, so a verification forward cost
-1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.costmodel), 1.5-3.2x on an AVX2 AMD EPYC;
+1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.bench.costmodel), 1.5-3.2x on an AVX2 AMD EPYC;
 this kernel reads each weight once per call. It is compiled on first use with torch's C++ extension loader (g++,
 ~1 min once per ISA, cached under TORCH_EXTENSIONS_DIR: build_directory()), one build per ISA from the same
 source (ISAS): avx512, avx2 (+ FMA, F16C), or portable C++ for any other CPU; the best this CPU runs is used
@@ -37,7 +37,7 @@ import torch
 # faster on the machine at hand (decode.runners times both when a runner is built)
 MIN_ROWS, MAX_ROWS = 2, 16
 # how far ahead of each weight stream the kernel prefetches, when it does: a Packed's `prefetch` (0 = not at all;
-# decode.runners times both at a runner's build: it pays on one CPU and cost on another, decode/csrc/smallgemm.cpp)
+# decode.runners times both at a runner's build: it pays on one CPU and cost on another, decode/runners/csrc/smallgemm.cpp)
 PREFETCH_BYTES = 4096
 WEIGHTS = ("float32", "float16", "int8")  # how a packed weight is stored; all but float32 round it (drafts only)
 # the extension's sources: the GEMM (and the module's definitions) and the few-row attention FastLlama uses beside it
@@ -45,7 +45,7 @@ SOURCES = (Path(__file__).parent / "csrc" / "smallgemm.cpp", Path(__file__).pare
 
 
 # ISA -> (the /proc/cpuinfo flags it needs, its compiler flags), best first; the source picks its code path from
-# the flags (decode/csrc/smallgemm.cpp). portable needs nothing: plain C++ that runs on any CPU.
+# the flags (decode/runners/csrc/smallgemm.cpp). portable needs nothing: plain C++ that runs on any CPU.
 ISAS = {
     "avx512": ({"avx512f", "fma"}, ["-mavx512f", "-mfma"]),
     "avx2": ({"avx2", "fma", "f16c"}, ["-mavx2", "-mfma", "-mf16c"]),
@@ -132,7 +132,7 @@ def kernel(isa: str | None = None):
 
 def staged_sources(isa: str) -> list[Path]:
     """SOURCES under names that depend on their text alone, in the user cache ($SPECDISTILL_CACHE, else
-    $XDG_CACHE_HOME/specdistill, as decode.targets): what the build compiles. torch's loader writes the sources'
+    $XDG_CACHE_HOME/specdistill, as decode.models.targets): what the build compiles. torch's loader writes the sources'
     paths into the build folder's build.ninja, so two checkouts of the same code (a clone beside a working copy, the
     README walk's copy of the repository) each compiling its own paths rebuilt the kernel (30 s to minutes) whenever
     the other had loaded it last. Written once, never rewritten (their mtime stays older than the build); one set

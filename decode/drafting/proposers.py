@@ -1,10 +1,10 @@
 """Where a round's proposal d_1..d_g comes from, and what each source does once the target has accepted some of it.
 
-    ContextLookup  the tokens that followed the context's suffix earlier in the context (decode.lookup); no model
+    ContextLookup  the tokens that followed the context's suffix earlier in the context (decode.drafting.lookup); no model
                    runs, and q is one-hot when sampling, so the same acceptance rule keeps the output exact
     DraftChain     the draft model, γ greedy or sampled steps (the dynamic schedule stops at a doubtful token);
-                   with `nodes` > 0 a token tree of up to that many nodes, γ levels deep (decode.tree)
-    HeadChain      a feature head (decode.feature_head): its first step reads the target's features at the
+                   with `nodes` > 0 a token tree of up to that many nodes, γ levels deep (decode.drafting.tree)
+    HeadChain      a feature head (decode.models.feature_head): its first step reads the target's features at the
                    verified positions (left by the verification itself, runner.capture), later steps its own
                    output; a token tree too with `nodes` > 0 (each node reads its parent's output)
 
@@ -20,10 +20,10 @@ from typing import Protocol
 
 import torch
 
-from decode.draft_folder import VocabMap
-from decode.lookup import continuation
-from decode.sampling import SamplingParams, logits_to_probs, sample
-from decode.tree import TokenTree, grow, level_inputs
+from decode.drafting.lookup import continuation
+from decode.drafting.sampling import SamplingParams, logits_to_probs, sample
+from decode.drafting.tree import TokenTree, grow, level_inputs
+from decode.models.draft_folder import VocabMap
 
 
 class Clock:
@@ -63,11 +63,11 @@ class Proposal:
 
     tokens: list[int] = field(default_factory=list)  # d_1..d_g (a tree: its nodes, tree.tokens)
     q: torch.Tensor | None = None  # (g, V_target) proposal probs when sampling, else None (a chain's)
-    tree: TokenTree | None = None  # a token tree instead of a chain (decode.tree)
+    tree: TokenTree | None = None  # a token tree instead of a chain (decode.drafting.tree)
     path: list[int] = field(default_factory=list)  # a tree: the accepted nodes (filled by generate())
     source: str = ""  # "draft" | "lookup" ("" when empty)
     # a greedy chain drafted on the GPU path: d_1..d_g as a (g,) device tensor; `tokens` is filled from it by the
-    # round's one host read (decode.speculative.verify_on_device)
+    # round's one host read (decode.drafting.speculative.verify_on_device)
     device_tokens: torch.Tensor | None = None
 
 
@@ -157,7 +157,7 @@ class DraftChain:
         return Proposal(tokens, torch.stack(qs) if qs else None, source="draft")
 
     def _propose_tree(self, depth: int) -> Proposal:
-        """decode.tree.grow: level 0 feeds `pending`, each later level its expanded nodes in one forward."""
+        """decode.drafting.tree.grow: level 0 feeds `pending`, each later level its expanded nodes in one forward."""
         t0 = self.stats.clock.start()
         root = self.draft.forward(self.vocab.to_draft(self.pending), self.cache, 1)[-1]  # (V_draft,) at x
         self.base, fed = self.cache.get_seq_length(), [0]
@@ -177,7 +177,7 @@ class DraftChain:
 
     def _propose_on_device(self, g: int) -> Proposal:
         """g greedy steps whose ids never leave the device: Proposal.device_tokens (g,) target ids, its host
-        list left for the verification's single read (decode.speculative)."""
+        list left for the verification's single read (decode.drafting.speculative)."""
         t0 = self.stats.clock.start()
         inp, drafted = self.vocab.to_draft(self.pending), []
         for _ in range(g):
@@ -246,7 +246,7 @@ class HeadChain:
         return Proposal(tokens, torch.stack(qs) if qs else None, source="draft")
 
     def _tree(self, last_out: torch.Tensor, root: torch.Tensor, depth: int) -> Proposal:
-        """decode.tree.grow: a node at depth d reads its token and its parent's output (x's: last_out, (H,))."""
+        """decode.drafting.tree.grow: a node at depth d reads its token and its parent's output (x's: last_out, (H,))."""
         base, outs = self.cache.length, []  # outs: (H,) head output of each fed tree row
 
         def expand(frontier):

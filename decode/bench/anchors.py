@@ -7,15 +7,15 @@ import time
 
 import torch
 
-from decode.draft_folder import assistant_config
+from decode.drafting.sampling import SamplingParams
+from decode.models.draft_folder import assistant_config
 from decode.options import DecodeOptions
-from decode.sampling import SamplingParams
 
 
 def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: int, eos: tuple[int, ...], draft=None,
                 cfg: DecodeOptions | None = None, static: bool = False) -> tuple[list[int], float]:
     """transformers' plain `generate` (draft None), or its assisted generation at cfg's γ and schedule, on a fresh
-    copy of the assistant's generation config before every call (decode.draft_folder.assistant_config says why):
+    copy of the assistant's generation config before every call (decode.models.draft_folder.assistant_config says why):
     (at most n new tokens, seconds). static: a static KV cache, which on a GPU makes transformers compile its
     decoding step (torch.compile, CUDA graphs): the strongest `generate` a user sets up with one argument."""
     kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=n,

@@ -1,19 +1,21 @@
-"""runner_for: the runner the decoder uses for a model (decode.runners has them; decode.graphs the GPU one)."""
+"""runner_for: the runner the decoder uses for a model (decode.runners has them; decode.runners.graphs the GPU one)."""
 
 from __future__ import annotations
 
 import sys
 
-from decode.feature_head import FeatureHead, HeadRunner
-from decode.graphs import GraphLlama, graphs_enabled
-from decode.runners import FastLlama, HFRunner, model_devices
+from decode.models.feature_head import FeatureHead
+from decode.runners.fast import FastLlama
+from decode.runners.graphs import GraphLlama, graphs_enabled
+from decode.runners.head import HeadRunner
+from decode.runners.hf import HFRunner, model_devices
 
 
 def runner_for(model, fast: bool = True, weights: str = "float32"):
     """The fastest runner that computes this model exactly: FastLlama when supported, else HFRunner.
     weights: float16 / int8 give FastLlama with weights stored so (drafts; see FastLlama) where the kernel is usable.
 
-    On a CUDA device FastLlama's steps are CUDA graph replays (decode.graphs.GraphLlama; SPECDISTILL_CUDA_GRAPHS=0
+    On a CUDA device FastLlama's steps are CUDA graph replays (decode.runners.graphs.GraphLlama; SPECDISTILL_CUDA_GRAPHS=0
     keeps them eager). FastLlama copies the weights on the CPU (and times its matmul paths), so it is built once
     and kept on the model, and rebuilt only when a weight has changed since (a training step bumps the parameters' version
     counters). A model spread over several devices takes HFRunner (one line on stderr says so).

@@ -1,0 +1,78 @@
+"""EvalConfig: what an evaluation measures (drafts, prompts, the gamma x lookup x tree grid, anchors), its defaults
+(the decoder's own, decode.options) and checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import product
+
+from decode.bench import BenchConfig
+from decode.errors import UserError
+from decode.models.targets import check_load_format, load_format_field
+from decode.options import DecodeOptions
+
+
+@dataclass
+class EvalConfig:
+    target: str = field(default="default", metadata={"help": "target model"})
+    run: str | None = field(default=None, metadata={"help": "training run dir: evaluate every checkpoint"})
+    drafts: list = field(default_factory=list, metadata={"help": "draft folders (or layers:0,29) to evaluate"})
+    prompts: str = field(default="heldout", metadata={"help": "prompts (default: the bundled held-out set)"})
+    categories: list = field(default_factory=list, metadata={"help": "only these prompt categories"})
+    limit: int = field(default=0, metadata={"help": "N prompts in all, taken in turn from each category (0 = all)"})
+    max_new_tokens: int = field(default=64, metadata={"help": "tokens per prompt"})
+    temperature: float = field(default=DecodeOptions.temperature, metadata={"help": "0 = greedy (lossless is checked)"})
+    gamma: int | list = field(default=DecodeOptions.gamma, metadata={"help": "γ, or a list of γ to sweep"})
+    lookup: int | list = field(default=DecodeOptions.lookup, metadata={"help": "decoder's context lookup: n-gram length (0 = off), or a list "
+                                                           "to compare, e.g. [0, 2] (decode.drafting.lookup)"})
+    lookup_tokens: int = field(default=DecodeOptions.lookup_tokens, metadata={"help": "tokens per lookup proposal (0 = γ)"})
+    tree_nodes: int | list = field(default=DecodeOptions.tree_nodes, metadata={"help": "token tree of up to N nodes, γ levels (0 = a "
+                                                                  "chain), or a list to compare, e.g. [0, 6]"})
+    draft_weights: str = field(default=DecodeOptions.draft_weights, metadata={"help": "float32 | float16 | int8: drafts run with weights "
+                                                                "stored so on CPU (decode.runners.smallgemm: a cheaper draft step)"})
+    checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
+    schedule: str = field(default=DecodeOptions.schedule, metadata={"help": "constant | heuristic | dynamic"})
+    output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
+    hf_static: bool = field(default=BenchConfig.hf_static, metadata={"help": "with the hf anchors on a GPU, also "
+                            "transformers' generate with a static cache, compiled (its warm-up compiles: minutes)"})
+    anchors: str = field(default="hf", metadata={"help": "hf: also HF assisted, prompt lookup, untrained layer cut | "
+                                                      "vllm: those and vLLM's own numbers (target alone, each "
+                                                      "draft, n-gram) | none (--no-anchors)"})
+    report_to: str = field(default="none", metadata={"help": "wandb | none"})
+    wandb_project: str = field(default="specdistill", metadata={"help": "W&B project"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    device: str = field(default="auto", metadata={"help": "auto (CUDA when present: a target too large for one GPU "
+                                                          "is spread over all; else CPU) | cpu | cuda[:N]"})
+    dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16"})
+    load_format: str = load_format_field()
+
+    def __post_init__(self):
+        # booleans from YAML or callers (anchors: false) mean what they did when this was an on/off flag
+        self.anchors = {True: "hf", False: "none"}.get(self.anchors, self.anchors)
+        if self.anchors not in ("hf", "vllm", "none"):
+            raise UserError(f"--anchors must be hf, vllm or none, got {self.anchors!r}")
+        if not self.gammas():
+            raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
+        for g, n, k in product(self.gammas(), self.lookups(), self.tree_sizes()):
+            DecodeOptions(gamma=g, schedule=self.schedule, lookup=n, lookup_tokens=self.lookup_tokens, tree_nodes=k,
+                          draft_weights=self.draft_weights, temperature=self.temperature)  # the checks live there
+        check_load_format(self.load_format)
+        if self.anchors == "vllm" and self.load_format == "dummy":  # vLLM reads the target folder's weights itself
+            raise UserError("--load-format dummy builds the target in transformers; vLLM's anchors would serve other "
+                            "weights: use --anchors hf (or none)")
+        if self.checkpoints not in ("all", "last"):
+            raise UserError(f"--checkpoints must be 'all' or 'last', got {self.checkpoints!r}")
+        if not self.run and not self.drafts:
+            raise UserError("give --run RUN_DIR (every checkpoint) or --drafts D1 D2 ...")
+
+    def hf_anchors(self) -> bool:
+        return self.anchors in ("hf", "vllm")
+
+    def gammas(self) -> list[int]:
+        return [int(g) for g in (self.gamma if isinstance(self.gamma, list) else [self.gamma])]
+
+    def lookups(self) -> list[int]:
+        return [int(n) for n in (self.lookup if isinstance(self.lookup, list) else [self.lookup])] or [0]
+
+    def tree_sizes(self) -> list[int]:
+        return [int(k) for k in (self.tree_nodes if isinstance(self.tree_nodes, list) else [self.tree_nodes])] or [0]
