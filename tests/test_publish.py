@@ -33,7 +33,7 @@ from transformers import (
 from decode.models.draft_folder import VOCAB_MAP_FILE
 from decode.models.layer_cut import draft_from_layers
 from distill import publish
-from distill.publish import compat, modelcard
+from distill.publish import behaviour, compat, modelcard
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_standinSECRETtoken0123456789"
@@ -482,12 +482,12 @@ def test_a_draft_with_another_tokenizer_is_refused_before_the_target_loads(world
 
 def test_random_init_heuristic():
     torch.manual_seed(0)
-    assert compat.looks_like_init(torch.randn(256, 64) * 0.02, 0.02)
-    assert not compat.looks_like_init(torch.randn(256, 64) * 0.1, 0.02)  # trained-looking spread
-    assert not compat.looks_like_init(
+    assert behaviour.looks_like_init(torch.randn(256, 64) * 0.02, 0.02)
+    assert not behaviour.looks_like_init(torch.randn(256, 64) * 0.1, 0.02)  # trained-looking spread
+    assert not behaviour.looks_like_init(
         torch.distributions.Laplace(0, 0.0141).sample((256, 64)), 0.02
     )  # heavy tails
-    assert not compat.looks_like_init(torch.ones(4096), 0.02) and not compat.looks_like_init(
+    assert not behaviour.looks_like_init(torch.ones(4096), 0.02) and not behaviour.looks_like_init(
         torch.zeros(64, 64), 0.02
     )
 
