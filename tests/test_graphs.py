@@ -1,6 +1,6 @@
 """decode.runners.graphs: the GPU decoder's static-shape forward, run eagerly on the CPU (graphs=False), against FastLlama's
-eager forward and HF: positions from a device tensor, the whole-buffer mask, K/V written in place, rollback by a
-length change, fused q|k|v and gate|up, the buffer pool. A CUDA graph replays exactly this body (decode.runners.graphs)."""
+eager forward and HF: positions from a device tensor, the mask over the live width, K/V written in place, rollback
+by a length change, fused q|k|v and gate|up, the buffer pool, graphs per live width. A CUDA graph replays exactly this body (decode.runners.graphs)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import torch
 from decode.drafting import speculative
 from decode.drafting.tree import keep_rows, level_inputs, verify_mask
 from decode.options import DecodeOptions
+from decode.runners import graphs
 from decode.runners.fast import FastLlama
-from decode.runners.graphs import MAX_GRAPH_TOKENS, MIN_CAPACITY, GraphLlama, capacity_for
+from decode.runners.graphs import MAX_GRAPH_TOKENS, MIN_CAPACITY, GraphLlama, capacity_for, live_width
 
 FAST_FORWARD = FastLlama.forward
 
@@ -135,3 +136,54 @@ def test_the_decoder_on_the_static_path_keeps_the_targets_output(tiny_llama, mon
         read_once.clear()
     out, stats = speculative.generate(target, target, prompt, 24, DecodeOptions(gamma=4))  # draft = target
     assert out == alone and stats.acceptance_rate == 1.0
+
+
+def test_static_steps_at_a_long_context_read_the_live_width_and_match_fastllama(tiny_llama):
+    """A 3,000-token prompt on a 4,096-capacity buffer: steps attend over live_width columns (4,096 here; 256 for a
+    short prompt on the same buffer), and give FastLlama's logits."""
+    kw = dict(layers=2, hidden=64, num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096)
+    graph, fast = GraphLlama(tiny_llama(8, **kw), graphs=False), FastLlama(tiny_llama(8, **kw))
+    assert live_width(3001, 4096) == 4096 and live_width(200, 4096) == MIN_CAPACITY and live_width(257, 8192) == 512
+    prompt = torch.randint(0, 97, (3000,), generator=torch.Generator().manual_seed(8)).tolist()
+    chunks = [[3], [7, 8, 9, 10, 11], [12]]
+    a, ca = _steps(graph, prompt, chunks, (1, 2))
+    b, _ = _steps(fast, prompt, chunks, (1, 2))
+    assert ca.capacity == 4096
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5 * float(y.abs().max()))
+
+
+def test_graphs_are_captured_per_live_width_and_serve_later_prompts(pair, monkeypatch):
+    """The graph path's bookkeeping without CUDA (a stand-in runs the static body where a graph would replay):
+    one graph per (width, n, keep) captured when first needed, a later prompt on the same buffer captures none,
+    and a longer prompt than any before takes a larger buffer (the smaller free one is let go)."""
+    graph, fast = pair
+    made = []
+
+    class Captured:  # what graphs._Graph replays, run eagerly
+        def __init__(self, runner, buffers, width, n, keep, tree=False):
+            made.append((width, n, keep))
+            self.args = (runner, buffers, keep, width)
+
+        def run(self, ids, start, tree=None):
+            runner, buffers, keep, width = self.args
+            return runner.static_forward(ids, torch.tensor(start), buffers, keep, tree, width)
+
+    monkeypatch.setattr(graphs, "_Graph", Captured)
+    graph.graphs = True
+    prompt = [i % 97 for i in range(250)]  # 250 tokens: the steps cross from width 256 to 512
+    out, cache = _steps(graph, prompt, [[3], [4, 5, 6, 7, 8], [9], [10]])
+    ref, _ = _steps(fast, prompt, [[3], [4, 5, 6, 7, 8], [9], [10]])
+    assert made == [(256, 1, 1), (256, 5, 5), (512, 1, 1)] and cache.capacity == 512
+    for x, y in zip(out, ref):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5 * float(y.abs().max()))
+    buffers = cache.buffers
+    del cache
+    gc.collect()
+    _, again = _steps(graph, list(range(5, 95)), [[3], [4]])  # a shorter prompt: the same buffer, no capture
+    assert again.buffers is buffers and len(made) == 3
+    del again
+    gc.collect()
+    _, longer = _steps(graph, [i % 97 for i in range(600)], [[3]])
+    assert longer.capacity == 1024 and longer.buffers is not buffers and graph._free == []
+    assert made[3:] == [(1024, 1, 1)]

@@ -58,3 +58,40 @@ def test_refuses_several_rows_without_a_mask():
     qkv, cos = torch.zeros(3, (4 + 2 * 2) * 8), torch.ones(3, 8)
     with pytest.raises(RuntimeError, match="more than one row needs a mask"):
         module.rows_attention(qkv, kc, kc.clone(), 0, cos, cos, None, 4, 2)
+
+
+@pytest.mark.parametrize("isa", list(smallgemm.ISAS))
+def test_a_long_context_in_key_chunks_matches_torch_whatever_the_threads_and_rows(isa):
+    """2,500 cached keys: the AVX builds split them into chunks of 1,024 (combined after), the portable one reads
+    them in one pass. Both match torch's attention; the result is bitwise the same on one thread and on two, and
+    a verification's row i is bitwise the one-token call at its position."""
+    module = isa_kernel(isa)
+    heads, kv, hd, start, n = 6, 2, 16, 2500, 5
+    g = torch.Generator().manual_seed(3)
+    kc, vc = torch.randn(kv, start + n, hd, generator=g), torch.randn(kv, start + n, hd, generator=g)
+    qkv = torch.randn(n, (heads + 2 * kv) * hd, generator=g) * 2
+    angle = torch.rand(n, hd // 2, generator=g).repeat(1, 2) * 6.3
+    cos, sin = angle.cos().contiguous(), angle.sin().contiguous()
+    mask = torch.ones(n, start + n, dtype=torch.bool).tril(start)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = module.rows_attention(qkv, kc, vc, start, cos, sin, mask, heads, kv)
+        torch.set_num_threads(2)
+        two = module.rows_attention(qkv, kc, vc, start, cos, sin, mask, heads, kv)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+
+    def rotate(x):  # (n, h, hd): HF's rotate_half convention
+        return x * cos[:, None] + torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1) * sin[:, None]
+
+    q = rotate(qkv[:, :heads * hd].view(n, heads, hd)).transpose(0, 1)  # (heads, n, hd)
+    torch.testing.assert_close(kc[:, start:], rotate(qkv[:, heads * hd:(heads + kv) * hd].view(n, kv, hd)).transpose(0, 1))
+    want = torch.nn.functional.scaled_dot_product_attention(q[None], kc[None], vc[None], attn_mask=mask,
+                                                            enable_gqa=True)[0]  # (heads, n, hd)
+    torch.testing.assert_close(one, want.transpose(0, 1).reshape(n, heads * hd), rtol=1e-4, atol=1e-5)
+    for i in range(n):  # the cache already holds rows start..start + i - 1; this call writes row start + i again
+        row = module.rows_attention(qkv[i:i + 1].contiguous(), kc, vc, start + i, cos[i:i + 1].contiguous(),
+                                    sin[i:i + 1].contiguous(), None, heads, kv)
+        assert torch.equal(row[0], one[i])

@@ -6,15 +6,20 @@ more than the weights themselves (ISSUE 37: 47 ms a target forward in the run). 
 
   cache   the K/V buffers, (layers, kv_heads, capacity + MAX_GRAPH_TOKENS, head_dim) each, zero-filled, come from a
           pool the runner keeps (a GraphCache hands its buffers back when it is collected); capacity is a power of
-          two >= MIN_CAPACITY, so the graphs captured on a buffer serve every later generate() of that size.
+          two >= MIN_CAPACITY. A cache takes the largest free buffer that holds it, so one buffer, and the graphs
+          captured on it, serves every later generate() up to its size; a longer prompt than any before gets a
+          larger buffer (its graphs are captured as they are first needed) and the smaller free ones are let go.
           Rollback is a length change, as FastLlama's StaticCache. The MAX_GRAPH_TOKENS rows past capacity are
           scratch: a graph's warm-up runs write there, never into a live cache.
   step    forward of n <= MAX_GRAPH_TOKENS tokens (a target or draft step, a verification): the ids and the start
-          position go into static device buffers and the graph captured for (buffer, n, keep, capture) replays.
-          Inside it nothing depends on a host value: positions are start + arange(n) on the device, K/V are
-          written with index_copy_ at those positions, and attention reads the whole buffer under an additive mask
-          built from them (masked rows are zeros, never NaN), one batched matmul per K/V head group, so GQA needs
-          no expanded K/V.
+          position go into static device buffers and the graph captured for (buffer, width, n, keep, capture)
+          replays. Inside it nothing depends on a host value: positions are start + arange(n) on the device, K/V
+          are written with index_copy_ at those positions, and attention reads the first `width` columns of the
+          buffer under an additive mask built from them (masked rows are zeros, never NaN), one batched matmul per
+          K/V head group, so GQA needs no expanded K/V. width = live_width(start + n): the live length rounded up
+          to a power of two (>= MIN_CAPACITY), so a step reads at most twice the live cache, not the whole buffer
+          (at an 8k-token capacity a 300-token context reads 512 columns, not 8k), and the graphs of a width
+          serve every prompt, each captured when first needed.
   tree    a token tree's forward (decode.drafting.tree: a verification, or a draft's level) replays its own graph: the
           rows' rotary offsets and their mask over the last TREE_WINDOW columns are static inputs too (every
           column before the window is visible to every row; a tree whose mask differs there runs eagerly).
@@ -69,6 +74,12 @@ def capacity_for(max_len: int) -> int:
     return cap
 
 
+def live_width(end: int, capacity: int) -> int:
+    """The buffer columns a step that ends at position `end` attends over: capacity_for(end), at most the
+    buffer's capacity (a power of two too). One graph per width, so a step reads at most twice the live cache."""
+    return min(capacity_for(end), capacity)
+
+
 class _Buffers:
     """Static K/V for every layer, with the graphs captured on them: {(n, keep, capture): _Graph}."""
 
@@ -93,7 +104,7 @@ class _Graph:
     """One captured forward: static ids (n,) and start () in (a tree's: also offsets (n,) and window mask
     (n, TREE_WINDOW)), static (logits, features) out."""
 
-    def __init__(self, runner: GraphLlama, buffers: _Buffers, n: int, keep: int, tree: bool = False):
+    def __init__(self, runner: GraphLlama, buffers: _Buffers, width: int, n: int, keep: int, tree: bool = False):
         dev = runner.device
         with torch.inference_mode(False), torch.no_grad():
             self.ids = torch.zeros(n, dtype=torch.long, device=dev)
@@ -105,11 +116,11 @@ class _Graph:
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):  # cuBLAS and the allocator settle before capture
             for _ in range(2):
-                runner.static_forward(self.ids, self.start, buffers, keep, self.tree)
+                runner.static_forward(self.ids, self.start, buffers, keep, self.tree, width)
         torch.cuda.current_stream(dev).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):  # a private memory pool: replays in any order cannot clobber another's
-            self.out = runner.static_forward(self.ids, self.start, buffers, keep, self.tree)
+            self.out = runner.static_forward(self.ids, self.start, buffers, keep, self.tree, width)
 
     def run(self, ids, start: int, tree=None):
         self.ids.copy_(ids, non_blocking=True)
@@ -152,7 +163,7 @@ class GraphLlama(FastLlama):
             fuse(qkv, [a.q_proj, a.k_proj, a.v_proj])
             fuse(gate_up, [m.gate_proj, m.up_proj])
         self.graphs = graphs and self.device.type == "cuda"
-        self._free: dict[int, list[_Buffers]] = {}  # capacity -> buffers no live cache holds
+        self._free: list[_Buffers] = []  # buffers no live cache holds (with their graphs)
         self._old_tables: list[tuple] = []
         self._steps = torch.arange(MAX_GRAPH_TOKENS, device=self.device)
 
@@ -162,12 +173,18 @@ class GraphLlama(FastLlama):
         super()._rope_table(n)
 
     def new_cache(self, max_len: int) -> GraphCache:
+        """A cache on the largest free buffer that holds max_len positions (its graphs come with it), else on a
+        new buffer of capacity_for(max_len), the smaller free buffers let go (a larger one serves their prompts)."""
         cap = capacity_for(max_len)
-        self._rope_table(cap + MAX_GRAPH_TOKENS)
-        free = self._free.setdefault(cap, [])
-        buffers = free.pop() if free else _Buffers(self, cap)
+        self._free.sort(key=lambda b: b.capacity)
+        if self._free and self._free[-1].capacity >= cap:
+            buffers = self._free.pop()
+        else:
+            self._free.clear()
+            buffers = _Buffers(self, cap)
+        self._rope_table(buffers.capacity + MAX_GRAPH_TOKENS)
         cache = GraphCache(buffers, max_len)
-        weakref.finalize(cache, free.append, buffers)  # back to the pool when the cache is gone
+        weakref.finalize(cache, self._free.append, buffers)  # back to the pool when the cache is gone
         return cache
 
     @torch.no_grad()
@@ -182,27 +199,31 @@ class GraphLlama(FastLlama):
             return super().forward(ids.tolist() if torch.is_tensor(ids) else ids, cache, keep, tree)
         if not torch.is_tensor(ids):
             ids = torch.tensor(ids, dtype=torch.long)
-            ids = ids.pin_memory() if self.graphs else ids
-        if self.graphs:
-            key = (n, keep, self.capture, tree is not None)
+            ids = ids.pin_memory() if self.graphs and self.device.type == "cuda" else ids
+        width = live_width(start + n, cache.capacity)
+        if self.graphs:  # captured when a (width, n, keep, capture, tree) is first needed on these buffers
+            key = (width, n, keep, self.capture, tree is not None)
             graph = cache.buffers.graphs.get(key)
             if graph is None:
-                graph = cache.buffers.graphs[key] = _Graph(self, cache.buffers, n, keep, tree is not None)
+                graph = cache.buffers.graphs[key] = _Graph(self, cache.buffers, width, n, keep, tree is not None)
             logits, features = graph.run(ids, start, static_tree)
         else:
             start_t = torch.full((), start, dtype=torch.long, device=self.device)
-            logits, features = self.static_forward(ids.to(self.device), start_t, cache.buffers, keep, static_tree)
+            logits, features = self.static_forward(ids.to(self.device), start_t, cache.buffers, keep, static_tree,
+                                                   width)
         cache.length = start + n
         if self.capture:
             self.features = features.clone()
         return logits.clone()
 
-    def static_forward(self, ids: torch.Tensor, start: torch.Tensor, buffers: _Buffers, keep: int, tree=None):
+    def static_forward(self, ids: torch.Tensor, start: torch.Tensor, buffers: _Buffers, keep: int, tree=None,
+                       width: int | None = None):
         """The graph's body: ids (n,) on the device after `start` (a () device tensor) cached positions ->
         (logits (keep, V), features (n, len(capture) * H) or None). Reads no host value from the device.
         tree = (offsets (n,), window (n, TREE_WINDOW) bool) from tree_window: row i at rotary position start +
-        offsets[i], seeing every column before the window and the window's columns where window[i] is True."""
-        n, width = ids.shape[0], buffers.k.shape[2]
+        offsets[i], seeing every column before the window and the window's columns where window[i] is True.
+        width: the buffer columns attention reads (live_width; >= start + n), None = all of them."""
+        n, width = ids.shape[0], width or buffers.k.shape[2]
         slots = start + self._steps[:n]  # (n,) where the rows' K/V go
         pos = slots if tree is None else start + tree[0]  # (n,) rotary positions
         h = F.embedding(ids, self.embed)  # (n, H)
@@ -230,7 +251,7 @@ class GraphLlama(FastLlama):
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
             buffers.k[li].index_copy_(1, slots, k)
             buffers.v[li].index_copy_(1, slots, v.contiguous())
-            att = self._attend_few(q, buffers.k[li], buffers.v[li], bias)  # (heads, n, hd)
+            att = self._attend_few(q, buffers.k[li, :, :width], buffers.v[li, :, :width], bias)  # (heads, n, hd)
             h = h + o_lin(att.transpose(0, 1).reshape(n, nq))
             gate, up = gate_up_lin(self._norm(h, ln2)).chunk(2, dim=-1)
             h = h + down_lin(self.act(gate) * up)

@@ -104,16 +104,17 @@ static inline void pv(const float* __restrict p, const float* __restrict vals, i
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
 }
 
-// The same for Q queries sharing one K/V head (hd a multiple of 8), key blocks outermost so each block is read from
-// memory once for all Q. q: (Q, hd); masks[r]: query r's mask row or null; p: (Q, padded) and inv: (Q,) scratch;
-// pad: 8 hd;
-// o[r]: query r's output (hd,). A query's scores, sums and output are formed the same way whatever Q and `end`
-// are: the keys past the last full 8 go through a zero-padded copy, masked scores add exact zeros, and each
-// output column is summed over j in order.
+// The same for Q queries sharing one K/V head (hd a multiple of 8), over one block of `end` keys, key blocks
+// outermost so each is read from memory once for all Q. q: (Q, hd); masks[r]: query r's mask row over these keys or
+// null; p: (Q, padded) scratch; pad: 8 hd. -> o[r] (hd,) = sum_j exp(s_rj - top_r) v_j, not yet divided by
+// sums[r] = sum_j exp(s_rj - top_r); tops[r] = max_j s_rj (-inf, with o[r] = 0 and sums[r] = 0, where the mask hides
+// every key). A query's scores, sums and output are formed the same way whatever Q and `end` are: the keys past the
+// last full 8 go through a zero-padded copy, masked scores add exact zeros, and each output column is summed over
+// j in order.
 static void attend_group(const float* __restrict q, int64_t Q, const float* __restrict keys,
                          const float* __restrict vals, const bool* const* masks, int64_t end, int64_t hd,
-                         float scale, float* __restrict p, float* __restrict inv, float* __restrict pad,
-                         float* const* o) {
+                         float scale, float* __restrict p, float* __restrict tops, float* __restrict sums,
+                         float* __restrict pad, float* const* o) {
   const float neg = -std::numeric_limits<float>::infinity();
   const int64_t padded = (end + 7) / 8 * 8;
   for (int64_t j0 = 0; j0 < end; j0 += 8) {  // scores, (Q, padded)
@@ -135,20 +136,25 @@ static void attend_group(const float* __restrict q, int64_t Q, const float* __re
         if (!masks[r][j]) pr[j] = neg;
     __m256 mx = _mm256_set1_ps(neg);
     for (int64_t j0 = 0; j0 < padded; j0 += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(pr + j0));
-    alignas(32) float tops[8];
-    _mm256_store_ps(tops, mx);
-    for (int l = 0; l < 8; ++l) top = std::max(top, tops[l]);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, mx);
+    for (int l = 0; l < 8; ++l) top = std::max(top, lanes[l]);
+    std::fill(o[r], o[r] + hd, 0.f);
+    tops[r] = top;
+    if (top == neg) {  // every key of this block hidden from this query (a later block of a long context)
+      std::fill(pr, pr + padded, 0.f);
+      sums[r] = 0.f;
+      continue;
+    }
     __m256 acc = _mm256_setzero_ps();
     for (int64_t j0 = 0; j0 < padded; j0 += 8) {
       const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(pr + j0), _mm256_set1_ps(top)));
       _mm256_storeu_ps(pr + j0, e);
       acc = _mm256_add_ps(acc, e);
     }
-    alignas(32) float lanes[8];
     _mm256_store_ps(lanes, acc);
     for (int l = 0; l < 8; ++l) sum += lanes[l];
-    inv[r] = 1.f / sum;
-    std::fill(o[r], o[r] + hd, 0.f);
+    sums[r] = sum;
   }
   for (int64_t j0 = 0; j0 < end; j0 += KEYS) {  // o_r = sum_j p_rj v_j, a block of V rows for every query
     const int64_t j1 = std::min(end, j0 + KEYS);
@@ -158,8 +164,6 @@ static void attend_group(const float* __restrict q, int64_t Q, const float* __re
       for (; d0 < hd; d0 += 8) pv<1>(p + r * padded, vals + d0, j0, j1, hd, o[r] + d0);
     }
   }
-  for (int64_t r = 0; r < Q; ++r)
-    for (int64_t d = 0; d < hd; ++d) o[r][d] *= inv[r];
 }
 #endif
 
@@ -198,31 +202,58 @@ torch::Tensor rows_attention(const torch::Tensor& qkv, torch::Tensor& kc, torch:
   auto out = torch::empty({n, heads * hd}, qkv.options());
   float* op = out.data_ptr<float>();
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  // one task per K/V head and up to ROWS_A_TASK rows: its group * rows queries read each key block once. Threads
-  // only above ~2^18 multiply-adds: below, starting them costs more than they save (one token at a context of a
-  // few hundred: 7 us on one thread, 20 us on two, on this project's 2-core box)
-  constexpr int64_t ROWS_A_TASK = 4;
-  const int64_t pieces = (n + ROWS_A_TASK - 1) / ROWS_A_TASK, tasks = kv_heads * pieces;
+  // One task per K/V head, up to ROWS_A_TASK rows and one chunk of CHUNK keys: its group * rows queries read each
+  // key block once. Chunks split a long context's keys between threads (one token has only kv_heads tasks
+  // otherwise: 3 for 2 threads, one thread idle a third of the time) and keep a task's keys, values and scores in
+  // L2. A chunk's partial result (its max, sum and unnormalised output) is combined with the others after. The
+  // chunks are fixed stretches of the cache, whatever the thread count and the rows verified with a row, so a row's
+  // result is bitwise the same however it is computed (a chunk a row's mask hides entirely is skipped); up to CHUNK
+  // keys there is one chunk and the arithmetic is that of a single pass. Threads only above ~2^18 multiply-adds:
+  // below, starting them costs more than they save (one token at a context of a few hundred: 7 us on one thread,
+  // 20 us on two, on this project's 2-core box)
+  constexpr int64_t ROWS_A_TASK = 4, CHUNK = 1024;
+  bool lanes = false;
+#if defined(__AVX2__) && defined(__FMA__)
+  lanes = hd % 8 == 0;
+#endif
+  const int64_t pieces = (n + ROWS_A_TASK - 1) / ROWS_A_TASK, chunks = lanes ? (end + CHUNK - 1) / CHUNK : 1;
+  const int64_t tasks = kv_heads * pieces * chunks, QA = group * ROWS_A_TASK;
   const int64_t grain = heads * n * end * hd < (int64_t{1} << 18) ? tasks : 1;
+  // partial results, several chunks: (n, heads, chunks) of (top, sum, out[hd]); reused across calls (no page faults)
+  static thread_local std::vector<float> partial;
+  if (chunks > 1) partial.resize(n * heads * chunks * (hd + 2));
+  float* part = partial.data();
   at::parallel_for(0, tasks, grain, [&](int64_t t0, int64_t t1) {
-    std::vector<float> q(group * ROWS_A_TASK * hd), p(group * ROWS_A_TASK * ((end + 7) / 8 * 8)), pad(8 * hd),
-        inv(group * ROWS_A_TASK);
-    std::vector<const bool*> masks(group * ROWS_A_TASK);
-    std::vector<float*> outs(group * ROWS_A_TASK);
+    std::vector<float> q(QA * hd), p(QA * (lanes ? std::min(CHUNK, (end + 7) / 8 * 8) : end)), pad(8 * hd),
+        tops(QA), sums(QA);
+    std::vector<const bool*> masks(QA);
+    std::vector<float*> outs(QA);
+    int64_t roped = -1;  // the (K/V head, rows) whose queries q holds: a task's chunks follow one another
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t g = t / pieces, i0 = t % pieces * ROWS_A_TASK, rows = std::min(ROWS_A_TASK, n - i0);
+      const int64_t c = t % chunks, g = t / chunks / pieces, i0 = t / chunks % pieces * ROWS_A_TASK;
+      const int64_t rows = std::min(ROWS_A_TASK, n - i0), j0 = c * CHUNK, len = lanes ? std::min(CHUNK, end - j0) : end;
       int64_t Q = 0;
       for (int64_t h = g * group; h < (g + 1) * group; ++h)
         for (int64_t i = i0; i < i0 + rows; ++i, ++Q) {
-          rope(x + i * width + h * hd, cp + i * hd, sp + i * hd, q.data() + Q * hd, hd);
-          masks[Q] = mp ? mp + i * end : nullptr;
-          outs[Q] = op + i * heads * hd + h * hd;
+          if (roped != t / chunks) rope(x + i * width + h * hd, cp + i * hd, sp + i * hd, q.data() + Q * hd, hd);
+          masks[Q] = mp ? mp + i * end + j0 : nullptr;
+          outs[Q] = chunks > 1 ? part + ((i * heads + h) * chunks + c) * (hd + 2) + 2 : op + i * heads * hd + h * hd;
         }
-      const float *keys = kp + g * max_len * hd, *vals = vp + g * max_len * hd;
+      roped = t / chunks;
+      const float *keys = kp + (g * max_len + j0) * hd, *vals = vp + (g * max_len + j0) * hd;
 #if defined(__AVX2__) && defined(__FMA__)
-      if (hd % 8 == 0) {
-        attend_group(q.data(), Q, keys, vals, masks.data(), end, hd, scale, p.data(), inv.data(), pad.data(),
-                     outs.data());
+      if (lanes) {
+        attend_group(q.data(), Q, keys, vals, masks.data(), len, hd, scale, p.data(), tops.data(), sums.data(),
+                     pad.data(), outs.data());
+        for (int64_t r = 0; r < Q; ++r) {
+          if (chunks > 1) {  // kept for the combination below
+            outs[r][-2] = tops[r];
+            outs[r][-1] = sums[r];
+            continue;
+          }
+          const float inv = 1.f / sums[r];
+          for (int64_t d = 0; d < hd; ++d) outs[r][d] *= inv;
+        }
         continue;
       }
 #endif
@@ -230,5 +261,25 @@ torch::Tensor rows_attention(const torch::Tensor& qkv, torch::Tensor& kc, torch:
         attend_scalar(q.data() + r * hd, keys, vals, masks[r], end, hd, scale, p.data(), outs[r]);
     }
   });
+  if (chunks > 1)  // each (row, head): its chunks' outputs rescaled to the largest max, in chunk order
+    at::parallel_for(0, n * heads, grain == 1 ? 1 : n * heads, [&](int64_t r0, int64_t r1) {
+      std::vector<float> w(chunks);
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* __restrict pr = part + r * chunks * (hd + 2);
+        float top = -std::numeric_limits<float>::infinity(), sum = 0.f;
+        for (int64_t c = 0; c < chunks; ++c) top = std::max(top, pr[c * (hd + 2)]);
+        for (int64_t c = 0; c < chunks; ++c) {  // 0 for a chunk the row's mask hides entirely
+          w[c] = pr[c * (hd + 2) + 1] == 0.f ? 0.f : std::exp(pr[c * (hd + 2)] - top);
+          sum += w[c] * pr[c * (hd + 2) + 1];
+        }
+        float* __restrict o = op + r * hd;  // row r / heads, head r % heads: (n, heads * hd) is (n * heads, hd)
+        std::fill(o, o + hd, 0.f);
+        for (int64_t c = 0; c < chunks; ++c)
+          if (w[c] != 0.f)
+            for (int64_t d = 0; d < hd; ++d) o[d] += w[c] * pr[c * (hd + 2) + 2 + d];
+        const float inv = 1.f / sum;
+        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+      }
+    });
   return out;
 }
