@@ -12,7 +12,7 @@ from decode.drafting.sampling import SamplingParams
 from decode.errors import UserError
 from decode.runners.smallgemm import WEIGHTS
 
-SCHEDULES = ("constant", "heuristic", "dynamic")
+SCHEDULES = ("constant", "heuristic", "dynamic", "adaptive")
 DEFAULT_CONFIDENCE = 0.4  # dynamic schedule: stop drafting once the draft's top probability falls below this
 # The most tokens a round drafts (γ) or verifies in a token tree (tree_nodes). Even at α = 0.9 a token 64
 # deep is accepted with probability 0.9^64 ≈ 0.001, so a longer chain only costs draft steps and a wider verify;
@@ -31,7 +31,9 @@ class DecodeOptions:
                                                     "dynamic schedules)"})
     schedule: str = field(default="constant", metadata={"help": "constant: γ every round | heuristic: +2 after a full "
                                                               "accept, -1 otherwise | dynamic: stop drafting at the "
-                                                              "first doubtful token (--confidence)"})
+                                                              "first doubtful token (--confidence) | adaptive: the γ "
+                                                              "in 0..γ with the most tokens a second, measured as it "
+                                                              "decodes (0: the target alone)"})
     confidence: float = field(default=DEFAULT_CONFIDENCE, metadata={"help": "dynamic schedule: stop drafting once the "
                                                                           "draft's top probability falls below this"})
     lookup: int = field(default=0, metadata={"help": "also propose from the context when its last N tokens occurred "
@@ -65,9 +67,9 @@ class DecodeOptions:
         if not 0 <= self.tree_nodes <= MAX_GAMMA:
             raise UserError(f"--tree-nodes must be in 0..{MAX_GAMMA} (nodes of the token tree a round verifies; 0 = "
                             f"a chain), got {self.tree_nodes}")
-        if self.tree_nodes and self.schedule != "constant":
+        if self.tree_nodes and self.schedule not in ("constant", "adaptive"):
             raise UserError(f"--tree-nodes {self.tree_nodes} drafts γ levels every round; the {self.schedule} schedule "
-                            "changes a chain's length: use --schedule constant with a tree, or --tree-nodes 0")
+                            "changes a chain's length: use --schedule constant or adaptive with a tree, or --tree-nodes 0")
         if self.draft_weights not in WEIGHTS:
             names = ", ".join(WEIGHTS)
             raise UserError(f"--draft-weights must be one of {names}, got {self.draft_weights!r} "

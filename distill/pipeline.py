@@ -9,10 +9,13 @@ is given on the command line, so the full run after a quick look starts its own 
 is checked (options, types, each config's checks, the prompt sets, the target's architecture) before the first
 collection starts.
 
-Both kinds of draft are trained on the same collected data by default (`designs`): a standalone draft (`train`
-section, RUN/train) and a feature head (`head` section, RUN/train-head, distill/train/head.py). Evaluation measures
-them side by side in the decoder, and the one with the highest measured speedup is copied to RUN/draft, the
-folder to publish (pipeline.json says which and why).
+Three kinds of draft are trained on the same collected data by default (`designs`): a standalone draft (`train`
+section, RUN/train), a feature head (`head` section, RUN/train-head, distill/train/head.py) and a parallel draft
+(`parallel` section, RUN/train-parallel, distill/train/parallel.py: by default the standalone draft continued with
+mask tokens, the same size). Evaluation measures them side by side in the decoder, and the one with the highest
+measured speedup is copied to RUN/draft, the folder to publish (pipeline.json says which and why).
+`--drafts-extra D...` measures off-the-shelf drafts beside them (any causal LM, `default`, one with another
+tokenizer), never shipped: pipeline.json's `off_the_shelf` and the report say whether training was worth it.
 
 Each stage writes under --output and resumes: rerunning the same command skips finished collection,
 continues training from its last checkpoint, and re-evaluates. Stage settings are the stages' own configs
@@ -46,10 +49,11 @@ from decode.runners.hf import sliding_window
 from distill import collect, evaluate, onpolicy, train
 from distill.collect import self_prompts, shards, vllm_engine
 from distill.collect.job import SETTINGS_SINCE
+from distill.evaluate import offshelf
 from distill.evaluate.report import headline
 from distill.onpolicy import last_draft
 from distill.prompts import load_prompts
-from distill.train import copy_circuit
+from distill.train import copy_circuit, parallel
 
 TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` runs
 
@@ -64,22 +68,27 @@ class PipelineConfig:
     train: dict = field(default_factory=dict, metadata={"help": "distill.train overrides (the standalone draft)"})
     head: dict = field(default_factory=dict, metadata={"help": "distill.train overrides for the feature head "
                        "(its design is feature_head)"})
+    parallel: dict = field(default_factory=dict, metadata={"help": "distill.train overrides for the parallel draft "
+                           "(PARD style, distill/train/parallel.py; init chain: it continues the standalone draft)"})
     designs: list = field(default_factory=lambda: list(DESIGNS), metadata={"help": "which kinds of draft to train "
-                          "and compare: standalone, feature_head"})
+                          "and compare: standalone, feature_head, parallel"})
     onpolicy: dict = field(default_factory=dict, metadata={"help": "on-policy rounds after the standalone draft's "
                            "training: {rounds: N, collect: {...}, train: {...}} (distill/onpolicy.py)"})
     evaluate: dict = field(default_factory=dict, metadata={"help": "distill.evaluate overrides"})
+    drafts_extra: list = field(default_factory=list, metadata={"help": "off-the-shelf drafts (any causal LM, `default`, "
+                               "another tokenizer too) evaluated beside the distilled ones: is training worth it?"})
     accelerate_config: str | None = field(default=None, metadata={"help": "train under `accelerate launch` with this config"})
     preset: str | None = field(default=None, metadata={"help": "quick = a small first look; best = more data and "
                                                           "steps (80-85 min alone on 2 CPU cores)"})
 
-    SECTIONS = ("collect", "heldout", "train", "head", "onpolicy", "evaluate")  # merged key by key: YAML < preset < flag (decode.cli)
+    SECTIONS = ("collect", "heldout", "train", "head", "parallel", "onpolicy", "evaluate")  # merged key by key: YAML < preset < flag (decode.cli)
     PRESETS = {
         "quick": {
             "collect": {"limit": 96, "max_new_tokens": 48},
             "heldout": {"limit": 24, "max_new_tokens": 48},
             "train": {"max_steps": 40, "eval_every": 20, "save_every": 20},
             "head": {"max_steps": 40, "eval_every": 20, "save_every": 20},
+            "parallel": {"max_steps": 20, "eval_every": 20, "save_every": 20},
             "evaluate": {"limit": 8, "max_new_tokens": 32},
         },
         # the best draft this 2-core box makes in under 2 hours: four answers per prompt (~230k tokens, the top of
@@ -98,10 +107,10 @@ class PipelineConfig:
         check_load_format(self.load_format)
         bad = [d for d in self.designs if d not in DESIGNS] if isinstance(self.designs, list) else [self.designs]
         if bad or not self.designs:
-            raise UserError(f"--designs {self.designs}: give one or both of {list(DESIGNS)}")
+            raise UserError(f"--designs {self.designs}: give one or more of {list(DESIGNS)}")
 
 
-DESIGNS = ("standalone", "feature_head")
+DESIGNS = ("standalone", "feature_head", "parallel")
 
 
 def section_values(cls, overrides, where: str) -> dict:
@@ -229,8 +238,13 @@ def plan(cfg: PipelineConfig, out: Path):
                                           "output": str(out / "train-head"), "design": "feature_head"}, s["head"], "head")
     if hd.design != "feature_head":
         raise UserError("pipeline `head` section: its design is feature_head (the standalone draft is the `train` section)")
-    e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval")},
-                     s["evaluate"], "evaluate")
+    pd = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
+                                          "output": str(out / "train-parallel"), **parallel.PIPELINE}, s["parallel"],
+                      "parallel")
+    if "parallel" in cfg.designs:
+        parallel.check_stage(pd, cfg.designs)
+    e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval"),
+                                            "drafts_extra": list(cfg.drafts_extra)}, s["evaluate"], "evaluate")
     t, e, notes = fit_to_target(cfg.target, t, e)
     if "feature_head" in cfg.designs:
         hd = fit_head(cfg.target, hd, notes)
@@ -238,7 +252,7 @@ def plan(cfg: PipelineConfig, out: Path):
     load_prompts(e.prompts, categories=e.categories or None, limit=e.limit, spread=True)
     if e.anchors == "vllm":
         vllm_engine.require("--anchors vllm")
-    trains = [x for x, d in ((t, "standalone"), (hd, "feature_head")) if d in cfg.designs]
+    trains = [x for x, d in ((t, "standalone"), (hd, "feature_head"), (pd, "parallel")) if d in cfg.designs]
     rounds = onpolicy.plan(s["onpolicy"], out, c, t, stage_config) if "standalone" in cfg.designs else []
     return c, h, trains, rounds, e, notes
 
@@ -258,9 +272,10 @@ def run_stages(cfg: PipelineConfig, out: Path, stages, command: str) -> tuple[di
 
     for t in trains:
         t0 = time.perf_counter()
-        print(f"== train: {t.design} draft -> {t.output}", flush=True)
-        train_one(cfg, out, t, command)
-        timings["train_s" if t.design == "standalone" else "train_head_s"] = round(time.perf_counter() - t0, 1)
+        print(f"== train: {'parallel' if t.parallel else t.design} draft -> {t.output}", flush=True)
+        train_one(cfg, out, parallel.from_chain(t, Path(trains[0].output), last_draft), command)
+        key = "train_parallel_s" if t.parallel else "train_s" if t.design == "standalone" else "train_head_s"
+        timings[key] = round(time.perf_counter() - t0, 1)
     runs = [Path(t.output) for t in trains]
     if rounds:
         t0 = time.perf_counter()
@@ -356,7 +371,8 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     result, timings = run_stages(cfg, out, (c, h, trains, rounds, e), command)
     shipped = ship(out, result)
     summary = {"output": str(out), "report": str(out / "eval" / "report.md"), "best": result.get("best"),
-               "shipped": shipped, "onpolicy": timings.pop("onpolicy", []), "timings": timings, "left_out": notes}
+               "shipped": shipped, "onpolicy": timings.pop("onpolicy", []), "timings": timings, "left_out": notes,
+               "off_the_shelf": offshelf.verdict(result.get("entries", []))}  # best distilled vs best --drafts-extra
     (out / "pipeline.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(headline(result))
     if shipped:

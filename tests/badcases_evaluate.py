@@ -45,6 +45,8 @@ CASES = [
     Case("evaluate", "--anchors value unknown", lambda env: _ev(env, "--drafts", "x", "--anchors", "sglang"),
          "--anchors must be hf, vllm or none"),
     Case("evaluate", "--gamma 0", lambda env: _ev(env, "--drafts", "x", "--gamma", "0"), "--gamma must be in 1..64"),
+    Case("evaluate", "--parallel-gamma 0", lambda env: _ev(env, "--drafts", "x", "--parallel-gamma", "[3, 0]"),
+         "--parallel-gamma must be in 1..64"),
     Case("evaluate", "--tree-nodes 65", lambda env: _ev(env, "--drafts", "x", "--tree-nodes", "65"), "--tree-nodes"),
     Case("evaluate", "--lookup negative", lambda env: _ev(env, "--drafts", "x", "--lookup", "[0, -1]"), "--lookup"),
     Case("evaluate", "prompt file that does not exist",

@@ -343,3 +343,20 @@ def tiny_collected(tmp_path_factory):
     finally:
         torch.set_num_threads(n_threads)
     return SimpleNamespace(target=str(target), data=out["data"], heldout=out["heldout"], tokenizer=tok)
+
+
+# --- real tokenizers other than the default's (drafts with another tokenizer, decode.drafting.translate) ----------
+
+
+@pytest.fixture(scope="session")
+def tokenizer_pair(tmp_path_factory):
+    """SimpleNamespace(target: the default's SmolLM2 tokenizer (49,152), gpt2: GPT-2's (50,257, from openai-whisper's
+    ranks), sp: a SentencePiece-style one trained on a short text, folders: {name: saved folder}) (tokenizer_pairs.py)."""
+    from tokenizer_pairs import gpt2_tokenizer, sentencepiece_tokenizer
+
+    from decode.models.targets import load_tokenizer, resolve
+
+    root = tmp_path_factory.mktemp("tokenizers")
+    gpt2, sp = gpt2_tokenizer(root / "gpt2"), sentencepiece_tokenizer(root / "sp")
+    return SimpleNamespace(target=load_tokenizer("default"), gpt2=gpt2, sp=sp,
+                           folders={"target": resolve("default"), "gpt2": root / "gpt2", "sp": root / "sp"})

@@ -62,7 +62,7 @@ def test_decoder_is_lossless_and_the_target_as_draft_accepts_everything(arch, ta
         assert out == want and stats.tree_rounds > 0, "a 5-node tree with the two-layer cut"
 
 
-# The quick preset cut to the least that still runs every stage of both designs (collection with top-k, training
+# The quick preset cut to the least that still runs every stage of every design (collection with top-k, training
 # past an eval and a save, evaluation of every checkpoint against the target alone and transformers' anchors): the
 # architecture, not the draft's quality, is under test here (W&B is in test_train). A bf16 target runs in bf16 in
 # every stage that runs it (`--dtype auto` would be float32 on a CPU).
@@ -71,6 +71,7 @@ def smallest(dtype: str) -> list[str]:
             "--heldout", f"{{limit: 4, max_new_tokens: 16, dtype: {dtype}}}",
             "--train", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1, report_to: none}",
             "--head", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1, report_to: none}",
+            "--parallel", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1, report_to: none}",
             "--evaluate", f"{{limit: 2, max_new_tokens: 12, dtype: {dtype}}}"]
 
 

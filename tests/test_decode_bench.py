@@ -66,6 +66,7 @@ def test_bench_result_schema_and_lossless(tmp_path, tiny_llama, tiny_tokenizer, 
     assert sum(s["accept_histogram"]) == s["rounds"] and s["target_forwards"] == s["rounds"] + 3
     assert r["hf_assisted"]["outputs_matching_target"] == 3 and r["hf_assisted"]["tokens"] == s["tokens"]
     assert set(r["per_category"]) == {"chat", "code"} and r["per_category"]["chat"]["prompts"] == 2
+    assert list(r["per_context"]) == ["<512"] and r["per_context"]["<512"]["prompts"] == 3
     assert r["cost_model"]["alpha"] == s["acceptance_rate"]
     # v at every γ the cost model may read (paired with one-token forwards, decode.bench.latency.verify_ratio), and which
     # matmul the target took for single tokens and prompts on this machine

@@ -69,8 +69,9 @@ def pair(table_lm):
         (SamplingParams(temperature=0.8, top_k=5, top_p=0.9), "constant"),
         (SamplingParams(temperature=1.0), "dynamic"),
         (SamplingParams(temperature=1.3), "heuristic"),
+        (SamplingParams(temperature=1.0), "adaptive"),
     ],
-    ids=["t1", "topk-topp", "dynamic", "heuristic"],
+    ids=["t1", "topk-topp", "dynamic", "heuristic", "adaptive"],
 )
 def test_speculative_sampling_matches_target_distribution(pair, sampling, schedule, chi2_test):
     target, draft = pair

@@ -95,8 +95,9 @@ def test_cache_root_honours_environment(monkeypatch, tmp_path):
 def test_load_draft_variants(tiny_llama, tiny_tokenizer):
     target, tok = tiny_llama(0), tiny_tokenizer()
     target._specdistill_spec = "some/target"
-    assert targets.load_draft("default", target, tok).model is target
     assert targets.load_draft("some/target", target, tok).model is target  # same spec: reuse the target
+    target._specdistill_spec = "default"  # `default` is the embedded model: the target itself when it is the target
+    assert targets.load_draft("default", target, tok).model is target
     d = targets.load_draft("layers:1", target, tok)
     assert d.model is not target and d.model.config.num_hidden_layers == 1 and d.vocab_map is None
 

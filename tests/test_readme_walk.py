@@ -37,6 +37,7 @@ SHRINK = {
         "--heldout", "{limit: 4, max_new_tokens: 16}",
         "--train", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1}",
         "--head", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1}",
+        "--parallel", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1}",
         "--evaluate", "{limit: 2, max_new_tokens: 8}",
     ],
     "python -m distill.collect.bench": ["--n", "4", "--max-new-tokens", "8"],

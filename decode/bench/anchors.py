@@ -3,6 +3,7 @@ reference its assisted generation is compared with) and assisted generation with
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -13,17 +14,22 @@ from decode.options import DecodeOptions
 
 
 def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: int, eos: tuple[int, ...], draft=None,
-                cfg: DecodeOptions | None = None, static: bool = False) -> tuple[list[int], float]:
+                cfg: DecodeOptions | None = None, static: bool = False, tokenizers=None) -> tuple[list[int], float]:
     """transformers' plain `generate` (draft None), or its assisted generation at cfg's γ and schedule, on a fresh
     copy of the assistant's generation config before every call (decode.models.draft_folder.assistant_config says why):
     (at most n new tokens, seconds). static: a static KV cache, which on a GPU makes transformers compile its
-    decoding step (torch.compile, CUDA graphs): the strongest `generate` a user sets up with one argument."""
+    decoding step (torch.compile, CUDA graphs): the strongest `generate` a user sets up with one argument.
+    tokenizers: (target's, draft's) for a draft with its own tokenizer: universal assisted generation (greedy: the
+    draft's text re-tokenized; sampling: UAG-TLI over the vocabularies' intersection, on a copy of the draft)."""
     kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=n,
                   # stop where our decoder stops (none at all: transformers fails on an empty list)
                   eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else None)
     if static:
         kwargs["cache_implementation"] = "static"
     if draft is not None:
+        if tokenizers is not None:
+            kwargs.update(tokenizer=tokenizers[0], assistant_tokenizer=tokenizers[1])
+            draft = draft if sampling.greedy else tli_assistant(draft)
         draft.generation_config = assistant_config(draft.generation_config, cfg.gamma, cfg.schedule,
                                                    hf_confidence(cfg))
         kwargs["assistant_model"] = draft
@@ -37,6 +43,18 @@ def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: 
     if target.device.type == "cuda":
         torch.cuda.synchronize()
     return y[0, len(ids):].tolist(), time.perf_counter() - t0
+
+
+def tli_assistant(draft):
+    """The draft as transformers' UAG-TLI gets it: a copy, made once and kept beside the draft, since TLI (5.24)
+    swaps its assistant's head for one pruned to the shared vocabulary, in place."""
+    twin = draft.__dict__.get("_specdistill_tli")  # in __dict__: not registered as a submodule of the draft
+    if twin is None:
+        twin = type(draft)(draft.config).to(device=draft.device, dtype=draft.dtype).eval()
+        twin.load_state_dict(draft.state_dict())
+        twin.generation_config = copy.deepcopy(draft.generation_config)
+        draft.__dict__["_specdistill_tli"] = twin
+    return twin
 
 
 def hf_confidence(cfg: DecodeOptions) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from decode.drafting.parallel import mask_token
 from decode.errors import UserError
 from decode.models.feature_head import FeatureHead
 from decode.models.targets import (
@@ -50,9 +51,15 @@ def is_head(draft) -> bool:
     return draft is not None and isinstance(draft.model, FeatureHead)
 
 
+def is_parallel(draft) -> bool:
+    """A loaded draft that drafts in parallel from mask tokens (decode.drafting.parallel)."""
+    return draft is not None and not is_head(draft) and mask_token(getattr(draft.model, "config", None)) is not None
+
+
 def draft_kind(draft) -> str | None:
-    """feature_head | standalone (None without a draft): the result's `draft_kind`."""
-    return None if draft is None else "feature_head" if is_head(draft) else "standalone"
+    """feature_head | parallel | other_tokenizer | standalone (None without a draft): the result's `draft_kind`."""
+    return None if draft is None else "feature_head" if is_head(draft) else "parallel" if is_parallel(draft) else \
+        "other_tokenizer" if draft.other is not None else "standalone"
 
 
 def check_head_options(draft, cfg: DecodeOptions, name: str) -> None:
@@ -71,6 +78,9 @@ def hf_skip_reason(draft, cfg: DecodeOptions) -> str | None:
     if is_head(draft):
         return ("a feature head (EAGLE-3 style) drafts from the target's hidden states; transformers' assisted "
                 "generation takes only a standalone model")
+    if is_parallel(draft):
+        return ("a parallel draft proposes a whole round from mask tokens in one forward; transformers' assisted "
+                "generation runs a draft as a chain")
     if draft.vocab_map is not None:
         return ("a reduced-vocabulary draft speaks other token ids than the target; transformers' assisted generation "
                 "needs the target's")

@@ -7,6 +7,9 @@
 
     τ(α, γ)       = (1 - α^(γ+1)) / (1 - α)      expected tokens per round (accepted + 1)
     speedup(α, γ) ≈ τ(α, γ) / (γ·c + v(γ))       round time in units of one target step
+
+A draft with its own tokenizer (decode.drafting.translate) proposes r target tokens a draft step (r measured: a
+GPT-2 token is ~1.3 Gemma tokens): τ(α, γ·r) / (γ·c + v(γ·r)), α per target token.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ def tau(alpha: float, gamma: int) -> float:
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
-def speedup(alpha: float, gamma: int, c: float, v: float) -> float:
-    """Predicted speculative tokens/s ÷ target-alone tokens/s."""
-    return tau(alpha, gamma) / (gamma * c + v)
+def speedup(alpha: float, gamma: int, c: float, v: float, ratio: float = 1.0) -> float:
+    """Predicted speculative tokens/s ÷ target-alone tokens/s; ratio: target tokens a draft step proposes (v is then
+    v(γ·ratio))."""
+    return tau(alpha, gamma * ratio) / (gamma * c + v)
 
 
 def speedup_with_lookup(alpha: float, gamma: int, c: float, v: dict[int, float], lookup_share: float,
@@ -74,9 +78,9 @@ def depth_acceptance(histogram: list[int]) -> list[float]:
     return out
 
 
-def best_gamma(alpha: float, c: float, v: dict[int, float]) -> tuple[int, float]:
-    """The γ among those with a measured v(γ) that maximises predicted speedup: (γ, speedup)."""
-    scores = {g: speedup(alpha, g, c, vg) for g, vg in v.items() if g >= 1}
+def best_gamma(alpha: float, c: float, v: dict[int, float], ratio: float = 1.0) -> tuple[int, float]:
+    """The γ among those with a measured v(γ) that maximises predicted speedup: (γ, speedup); ratio as in speedup."""
+    scores = {g: speedup(alpha, g, c, v_at(v, g * ratio), ratio) for g in v if g >= 1}
     g = max(scores, key=scores.get)
     return g, scores[g]
 

@@ -8,8 +8,10 @@ machine noise hits them alike; ratios are the result, absolute times are only as
 transformers runs at the same constant γ with no confidence threshold, so both decoders make the same
 proposals and speedup_vs_hf_assisted measures decoder overhead alone. transformers cannot run a feature head
 (EAGLE-3 style, decode.models.feature_head), a reduced-vocabulary draft or a token tree; the result then says why
-(`hf_assisted_skipped`). A feature head folder is one more --draft: α, τ, c (its step, feature_head.HeadRunner,
-against the target's) and v(γ) as for any draft, with its own weights (no --draft-weights).
+(`hf_assisted_skipped`). A draft with another tokenizer than the target's (any causal LM folder, `default`,
+gemma3-270m) is decoded through its text (decode.drafting.translate) and timed beside transformers' universal assisted
+generation; α and τ count target tokens. A feature head folder is one more --draft: α, τ, c (its step,
+feature_head.HeadRunner, against the target's) and v(γ) as for any draft, with its own weights (no --draft-weights).
 With --tree-nodes N (decode.drafting.tree) each round verifies a token tree of N nodes: the cost model then predicts from
 the measured τ, the draft's levels a round (c each) and v(N) (costmodel.tree_speedup).
 `lossless` is decode.drafting.lossless's rule for the target's dtype (float32: token for token; bf16/fp16: divergences
@@ -35,6 +37,7 @@ from decode.models.targets import (
     load_draft,
     load_target,
 )
+from decode.models.vocab_pair import check_chat_template
 from decode.prompts import read_prompts
 
 
@@ -51,6 +54,9 @@ def run(cfg: BenchConfig) -> dict:
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device, load_format=cfg.load_format)
     draft = load_draft(cfg.draft, target, tok, device=str(target.device))  # a spread target's first GPU
     check_head_options(draft, cfg, cfg.draft)
+    if draft.other is not None and cfg.chat_template:  # a draft with its own tokenizer must read the target's text
+        for row in rows:
+            check_chat_template(tok, draft.other.tokenizer, row)
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings, cfg.chat_template)
     return measure_pair(target, tok, draft, rows, encoded, cfg, cfg.hf_assisted,
                         log=lambda m: print(m, file=sys.stderr))

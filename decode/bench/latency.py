@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from decode.drafting.parallel import mask_token
 from decode.runners.choice import runner_for
 
 
@@ -107,6 +108,9 @@ def measure(target, draft, gammas: list[int], context: int = 128, repeats: int =
     measured on this target in this run (v is the target's alone; several drafts share it), reused as is."""
     t1 = step_latency(target, context, 1, repeats)
     d1 = step_latency(draft, context, 1, repeats, weights=draft_weights) if draft is not None else None
+    # a parallel draft (decode.drafting.parallel) runs one forward of γ tokens a round: timed at each γ
+    blocks = ({g: step_latency(draft, context, g, repeats, weights=draft_weights) for g in sorted(set(gammas)) if g >= 1}
+              if draft is not None and mask_token(getattr(draft, "config", None)) is not None else None)
     nbytes = weight_bytes(target)
     stream = stream_seconds(nbytes, str(runner_for(target).device))
     known_v = known_v or {}
@@ -124,6 +128,8 @@ def measure(target, draft, gammas: list[int], context: int = 128, repeats: int =
         "target_step_vs_stream": round(t1 / stream, 3),
         "draft_step_ms": round(d1 * 1e3, 3) if d1 is not None else None,
         "c": round(d1 / t1, 4) if d1 is not None else None,
+        **({"draft_block_ms": {str(g): round(x * 1e3, 3) for g, x in blocks.items()},
+            "c_block": {str(g): round(x / t1, 4) for g, x in blocks.items()}} if blocks else {}),
         # how the target multiplies a single token, a prompt and a verification here (decode.runners: the faster of
         # the kernel and torch's matmul, timed when the runner was built), and which kernel build (decode.runners.smallgemm)
         "target_matmul": {"one_token": getattr(runner_for(target), "one_row", "torch"),

@@ -12,7 +12,7 @@ import torch
 from decode.bench import latency
 from decode.bench.anchors import hf_generate
 from decode.bench.config import BenchConfig, draft_kind, hf_skip_reason
-from decode.bench.results import rate, result_entry
+from decode.bench.results import context_bucket, rate, result_entry
 from decode.drafting import lossless
 from decode.drafting.speculative import Stats, generate
 from decode.models.targets import (
@@ -74,6 +74,7 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
                                           {n for _, c, _ in runs for n in lossless.verify_sizes(c)})
 
     # --- timed runs, interleaved prompt by prompt so machine noise hits every path alike
+    env = {"target": target, "eos": eos, "ours": ours, "ours_runner": ours_runner, "hf_runner": hf_runner}
     base = Stats()
     base_cat: dict[str, Stats] = defaultdict(Stats)
     acc = [{"spec": Stats(), "cat": defaultdict(Stats), "prompts": defaultdict(int),
@@ -84,41 +85,58 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
         ref, s0 = ours(None, ids, None, seed)
         base += s0
         base_cat[row["category"]] += s0
+        base_cat[context_bucket(len(ids))] += s0
         if hf_anchor:
             ref_hf, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos)
             hf_gen["tokens"] += len(ref_hf)
             hf_gen["seconds"] += secs
+            hf_gen["same"] = hf_gen.get("same", 0) + (ref_hf == ref)  # the two decoders' target alone agree
         if hf_static:
             y, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, static=True)
             hf_gen_static["tokens"] += len(y)
             hf_gen_static["seconds"] += secs
-        for (draft, cfg, _), hf_on, a in zip(runs, do_hf, acc):
-            out, s1 = ours(draft, ids, cfg, seed)
-            a["spec"] += s1
-            a["cat"][row["category"]] += s1
-            a["prompts"][row["category"]] += 1
-            if sampling.greedy:  # ours against ours; after an excused divergence, ours again from ref's prefix
-                bad = lossless.check_prompt(a["verdict"], row["id"], ours_runner, ids, ref, out,
-                                            partial(ours, draft, cfg=cfg, seed=seed), first.max_new_tokens)
-                _warn(bad, row, cfg, "speculative output", "the target alone")
-            if hf_on:
-                _hf_assisted(target, hf_runner, draft, cfg, row, ids, ref_hf, seed, sampling, eos, a)
-            if log:
-                lookup = f" lookup {cfg.lookup}" if cfg.lookup else ""
-                lookup += f" tree-{cfg.tree_nodes}" if cfg.tree_nodes else ""
-                log(f"[{i + 1}/{len(rows)}] {row['id']} {cfg.draft} γ={cfg.gamma}{lookup}: {len(out)} tokens, "
-                    f"accepted {s1.accepted}/{s1.proposed}")
+        for run, hf_on, a in zip(runs, do_hf, acc):
+            _time_run(env, run, hf_on, a, (i, row, ids, seed, ref, ref_hf if hf_anchor else None), len(rows), log)
 
     # --- cost model inputs on this device (c once per draft, v(γ) once: it is the target's alone), and the
     # cost model's prediction next to the measurement
     b = base.as_dict()
-    hf_rows = {"hf_generate": _row(hf_gen) if hf_anchor else None,
+    hf_rows = {"hf_generate": {**_row(hf_gen), "outputs_matching_ours": hf_gen.get("same", 0)} if hf_anchor else None,
                "hf_generate_static": _row(hf_gen_static) if hf_static else
                {"skipped": static_failed} if static_failed else None}
-    return [result_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why), lat,
-                   sampling.greedy, hf_rows)
-            for (draft, cfg, _), hf_on, why, a, lat in zip(runs, do_hf, hf_skip, acc,
-                                                            _latencies(target, runs, b["tokens"]))]
+    out = [result_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why), lat,
+                        sampling.greedy, hf_rows)
+           for (draft, cfg, _), hf_on, why, a, lat in zip(runs, do_hf, hf_skip, acc,
+                                                           _latencies(target, runs, b["tokens"]))]
+    for (draft, _, _), e in zip(runs, out):  # a draft with its own tokenizer: the pair's vocabularies (vocab_pair)
+        if draft is not None and draft.other is not None:
+            e["other_tokenizer"] = draft.other.describe()
+    return out
+
+
+def _time_run(env: dict, run: tuple, hf_on: bool, a: dict, prompt: tuple, n_rows: int, log=None) -> None:
+    """One run (draft, cfg, _) on one prompt (index, row, ids, seed, our target-alone output, transformers' or None),
+    accumulated into `a` by category and by context bucket, with the lossless checks of ours and transformers'.
+    env: the target, its eos ids, our decoder (ours) and the two runners the lossless rule reads."""
+    draft, cfg, _ = run
+    i, row, ids, seed, ref, ref_hf = prompt
+    ours, ours_runner = env["ours"], env["ours_runner"]
+    out, s1 = ours(draft, ids, cfg, seed)
+    a["spec"] += s1
+    for group in (row["category"], context_bucket(len(ids))):
+        a["cat"][group] += s1
+        a["prompts"][group] += 1
+    if cfg.sampling.greedy:  # ours against ours; after an excused divergence, ours again from ref's prefix
+        bad = lossless.check_prompt(a["verdict"], row["id"], ours_runner, ids, ref, out,
+                                    partial(ours, draft, cfg=cfg, seed=seed), cfg.max_new_tokens)
+        _warn(bad, row, cfg, "speculative output", "the target alone")
+    if hf_on:
+        _hf_assisted(env["target"], env["hf_runner"], draft, cfg, row, ids, ref_hf, seed, cfg.sampling, env["eos"], a)
+    if log:
+        lookup = f" lookup {cfg.lookup}" if cfg.lookup else ""
+        lookup += f" tree-{cfg.tree_nodes}" if cfg.tree_nodes else ""
+        log(f"[{i + 1}/{n_rows}] {row['id']} {cfg.draft} γ={cfg.gamma}{lookup}: {len(out)} tokens, "
+            f"accepted {s1.accepted}/{s1.proposed}")
 
 
 def _check_shared(runs: list[tuple]) -> None:
@@ -138,7 +156,7 @@ def _ours(target, eos, first, draft, ids, cfg, seed, n=None):
     if cfg is None:
         alone = DecodeOptions(temperature=first.temperature, top_k=first.top_k, top_p=first.top_p)
         return generate(target, None, ids, n, alone, eos_token_ids=eos, generator=gen)
-    return generate(target, draft.model if draft is not None else None, ids, n, cfg,
+    return generate(target, draft.decoding if draft is not None else None, ids, n, cfg,
                     eos_token_ids=eos, vocab_map=draft.vocab_map if draft is not None else None, generator=gen)
 
 
@@ -154,7 +172,7 @@ def _warm_up(target, ours, runs: list[tuple], do_hf: list[bool], encoded: list[l
     for (draft, cfg, _), hf_on in zip(runs, do_hf):
         ours(draft, encoded[0], cfg, 0)
         if hf_on:
-            hf_generate(target, encoded[0], n, sampling, 0, eos, draft.model, cfg)
+            hf_generate(target, encoded[0], n, sampling, 0, eos, draft.model, cfg, tokenizers=uag(draft))
     return static_failed
 
 
@@ -175,14 +193,27 @@ def _hf_assisted(target, hf_runner, draft, cfg, row: dict, ids: list[int], ref_h
                  eos, a: dict) -> None:
     """transformers' assisted generation on one prompt, timed into a["hf"] and, greedy, judged against
     transformers' own generate (ref_hf) into a["hf_verdict"]."""
-    y, secs = hf_generate(target, ids, cfg.max_new_tokens, sampling, seed, eos, draft.model, cfg)
+    calls = [0]  # target forwards: τ of transformers' decoding (tokens per forward; its prefill verifies too)
+    hook = target.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        y, secs = hf_generate(target, ids, cfg.max_new_tokens, sampling, seed, eos, draft.model, cfg,
+                              tokenizers=uag(draft))
+    finally:
+        hook.remove()
     a["hf"]["tokens"] += len(y)
     a["hf"]["seconds"] += secs
+    a["hf"]["target_forwards"] = a["hf"].get("target_forwards", 0) + calls[0]
     a["hf"]["matches_target"] += int(y == ref_hf)
     if sampling.greedy:
         bad = lossless.check_prompt(a["hf_verdict"], row["id"], hf_runner, ids, ref_hf, y, partial(
-            hf_generate, target, sampling=sampling, seed=seed, eos=eos, draft=draft.model, cfg=cfg), cfg.max_new_tokens)
+            hf_generate, target, sampling=sampling, seed=seed, eos=eos, draft=draft.model, cfg=cfg, tokenizers=uag(draft)),
+            cfg.max_new_tokens)
         _warn(bad, row, cfg, "transformers' assisted generation", "transformers' generate")
+
+
+def uag(draft) -> tuple | None:
+    """(target's, draft's tokenizer) for a draft with its own: transformers runs universal assisted generation."""
+    return (draft.other.target_tokenizer, draft.other.tokenizer) if draft.other is not None else None
 
 
 def _row(gen: dict) -> dict:

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import torch
 
-from decode.bench import costmodel
+from decode.bench import costmodel, parallel_cost
 from decode.bench.anchors import hf_confidence
 from decode.bench.config import BenchConfig
 from decode.drafting import lossless
 from decode.drafting.speculative import Stats
 from decode.drafting.tree import static_tree
+
+# context-length buckets (prompt tokens): per_context groups a run's prompts by them
+CONTEXT_BUCKETS = ((512, "<512"), (2048, "512-2K"), (4096, "2K-4K"), (8192, "4K-8K"))
+
+
+def context_bucket(n: int) -> str:
+    """The bucket of a prompt of n tokens: "ctx <512", "ctx 512-2K", "ctx 2K-4K", "ctx 4K-8K" or "ctx >=8K"."""
+    return "ctx " + next((name for bound, name in CONTEXT_BUCKETS if n < bound), ">=8K")
 
 
 def rate(tokens: int, seconds: float) -> float:
@@ -50,6 +58,9 @@ def result_entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prom
         "speculative": s,
         "hf_assisted": (
             {"tokens": hf["tokens"], "seconds": round(hf["seconds"], 4), "tokens_per_s": hf_rate,
+             # its τ as tokens per target forward (transformers' prefill verifies the first proposals too)
+             "target_forwards": hf.get("target_forwards"), "tokens_per_target_forward":
+                 round(hf["tokens"] / hf["target_forwards"], 4) if hf.get("target_forwards") else None,
              "outputs_matching_target": hf["matches_target"],  # equal to transformers' own generate
              "num_assistant_tokens": cfg.gamma, "assistant_confidence_threshold": hf_confidence(cfg),
              **({"lossless": a["hf_verdict"].lossless, "excused_divergences": len(a["hf_verdict"].excused_margins),
@@ -61,13 +72,16 @@ def result_entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prom
         "speedup_vs_hf_assisted": round(s["tokens_per_s"] / hf_rate, 4) if hf_on and hf_rate else None,
         # lossless under decode.drafting.lossless's rule for this dtype; `lossless_rule`, `epsilon`, excused divergences
         **(a["verdict"].as_dict() if greedy else {"lossless": None, "lossless_rule": None}),
-        "per_category": _per_category(a, base_cat),
+        "per_category": _per_category(a, base_cat, lambda name: not name.startswith("ctx ")),
+        # the same by the prompt's length in tokens (context_bucket): how a draft holds up at long contexts
+        "per_context": _per_context(a, base_cat),
         "cost_model": _cost_model(cfg, spec, b, lat, speedup),
     }
 
 
-def _per_category(a: dict, base_cat: dict) -> dict:
-    """Per prompt category: the run's tokens, α, τ and speedup over the target alone on the same prompts."""
+def _per_category(a: dict, base_cat: dict, keep) -> dict:
+    """Per prompt category (or context bucket: the groups `keep` takes): the run's tokens, α, τ and speedup over
+    the target alone on the same prompts."""
     return {
         name: {
             "prompts": a["prompts"][name],
@@ -78,8 +92,15 @@ def _per_category(a: dict, base_cat: dict) -> dict:
             "speculative_tokens_per_s": c.as_dict()["tokens_per_s"],
             "speedup": round(c.as_dict()["tokens_per_s"] / base_cat[name].as_dict()["tokens_per_s"], 4),
         }
-        for name, c in sorted(a["cat"].items())
+        for name, c in sorted(a["cat"].items()) if keep(name)
     }
+
+
+def _per_context(a: dict, base_cat: dict) -> dict:
+    """_per_category's rows by context bucket, shortest first, named without the "ctx " prefix."""
+    rows = _per_category(a, base_cat, lambda name: name.startswith("ctx "))
+    order = [name for _, name in CONTEXT_BUCKETS] + [">=8K"]
+    return {name: rows["ctx " + name] for name in order if "ctx " + name in rows}
 
 
 def _cost_model(cfg: BenchConfig, spec: Stats, b: dict, lat: dict, speedup: float) -> dict:
@@ -92,14 +113,18 @@ def _cost_model(cfg: BenchConfig, spec: Stats, b: dict, lat: dict, speedup: floa
     p = (costmodel.alpha_iid(d_acc, d_rounds, spec.full_rounds - spec.lookup_full)
          if cfg.schedule == "constant" else alpha)
     lookup_model = _lookup_model(spec)
-    # c per draft forward: a chain's γ steps, a tree's levels
-    in_run = _costs_in_run(spec, b, spec.tree_levels / spec.tree_rounds if spec.tree_rounds else cfg.gamma)
-    best_g, best_pred = costmodel.best_gamma(p, lat["c"], v)
+    parallel = lat.get("c_block")  # a parallel draft: one forward of γ tokens a round (decode.bench.parallel_cost)
+    # c per draft forward: a chain's γ steps, a tree's levels, a parallel draft's one forward
+    in_run = _costs_in_run(spec, b, 1 if parallel else spec.tree_levels / spec.tree_rounds if spec.tree_rounds else
+                           cfg.gamma)
+    ratio = draft_ratio(spec)
+    best_g, best_pred = costmodel.best_gamma(p, lat["c"], v, ratio)
     return {
         **lat,
         "alpha": round(alpha, 4),
         "alpha_iid": round(p, 4),
-        "predicted_tau": round(costmodel.tau(p, cfg.gamma), 4),
+        "target_tokens_per_draft_step": round(ratio, 4),  # 1 unless the draft has its own tokenizer
+        "predicted_tau": round(costmodel.tau(p, cfg.gamma * ratio), 4),
         "predicted_speedup": round(_predict(cfg, p, lookup_model, lat["c"], v, spec), 4),
         "tree": _tree_model(cfg, spec) if cfg.tree_nodes else None,
         "lookup": {k: round(x, 4) for k, x in lookup_model.items()} if lookup_model else None,
@@ -109,7 +134,18 @@ def _cost_model(cfg: BenchConfig, spec: Stats, b: dict, lat: dict, speedup: floa
         # the same model with c and v(γ) taken from this run's own forward timings (see _costs_in_run)
         "in_run": in_run and {**in_run, "predicted_speedup": round(_predict(cfg, p, lookup_model, in_run["c"],
                                                                             {g: in_run["v"] for g in v}, spec), 4)},
+        **(_parallel_model(cfg, spec, parallel, v, in_run) if parallel else {}),
     }
+
+
+def _parallel_model(cfg: BenchConfig, spec: Stats, c_block: dict, v: dict[int, float], in_run: dict | None) -> dict:
+    """A parallel draft's prediction (decode.bench.parallel_cost) in place of the chain's, its inputs beside."""
+    m = parallel_cost.model(spec, cfg.gamma, cfg.tree_nodes, c_block, v)
+    out = {"parallel": m, "predicted_speedup": m["predicted_speedup"]}  # predicted_tau stays the i.i.d. chain's
+    if in_run:
+        out["in_run"] = {**in_run, "predicted_speedup": round(parallel_cost.in_run(spec, in_run["v"], in_run["c"],
+                                                                                   cfg.gamma), 4)}
+    return out
 
 
 def _tree_model(cfg: BenchConfig, spec: Stats) -> dict:
@@ -140,11 +176,17 @@ def _predict(cfg: BenchConfig, p: float, lookup_model: dict | None, c: float, vs
         return costmodel.tree_speedup(spec.tau, spec.tree_levels / max(spec.tree_rounds, 1), c,
                                       costmodel.v_at(vs, spec.tree_nodes / max(spec.tree_rounds, 1)),
                                       *_lookup_round(lookup_model, vs))
-    v_draft = vs[cfg.gamma]
+    v_draft = costmodel.v_at(vs, cfg.gamma * draft_ratio(spec))
     if lookup_model:
         return costmodel.speedup_with_lookup(p, cfg.gamma, c, vs, lookup_model["share"], lookup_model["alpha_iid"],
                                              lookup_model["tokens"], v_draft=v_draft)
-    return costmodel.speedup(p, cfg.gamma, c, v_draft)
+    return costmodel.speedup(p, cfg.gamma, c, v_draft, draft_ratio(spec))
+
+
+def draft_ratio(spec: Stats) -> float:
+    """Target tokens a draft step proposes: 1, but for a draft with its own tokenizer (decode.drafting.translate) the
+    run's measured ratio (Stats.draft_tokens: the draft steps behind its proposals)."""
+    return (spec.proposed - spec.lookup_proposed) / spec.draft_tokens if spec.draft_tokens else 1.0
 
 
 def _lookup_round(lookup_model: dict | None, vs: dict[int, float]) -> tuple[float, float]:

@@ -24,16 +24,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
+from decode.drafting import translate
+from decode.drafting.parallel import ParallelDraft, mask_token
 from decode.drafting.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer
 from decode.drafting.sampling import SamplingParams, logits_to_probs, sample
+from decode.drafting.schedule import Schedule
 from decode.drafting.tree import keep_rows, rank_counts, verify_mask, walk_greedy, walk_sampled
 from decode.errors import UserError
 from decode.models.draft_folder import VocabMap
 from decode.models.feature_head import FeatureHead
-from decode.options import DEFAULT_CONFIDENCE, DecodeOptions, check_schedule
+from decode.models.vocab_pair import OtherTokenizerDraft
+from decode.options import DecodeOptions
 from decode.runners.choice import runner_for
 from decode.runners.graphs import GraphLlama
 from decode.runners.hf import sliding_window
@@ -63,6 +68,7 @@ class Stats:
     tree_rounds: int = 0  # of `rounds`: rounds that verified a token tree
     tree_nodes: int = 0  # nodes those rounds verified
     tree_levels: int = 0  # draft forwards those rounds ran (level 0 and each expanded level)
+    draft_tokens: int = 0  # draft steps behind the proposals of a draft with its own tokenizer (decode.drafting.translate)
     # "depth.rank" -> [accepted, offered]: how often the target took the draft's rank-r child at each depth
     tree_ranks: dict = field(default_factory=dict)
     # times the phases: the wall clock unless generate() gives one for its device (CUDA events on a GPU)
@@ -96,7 +102,7 @@ class Stats:
     def __iadd__(self, other: Stats) -> Stats:
         for name in ("new_tokens", "rounds", "proposed", "accepted", "target_forwards", "draft_forwards",
                      "target_seconds", "draft_seconds", "seconds", "full_rounds", "lookup_rounds", "lookup_proposed",
-                     "lookup_accepted", "lookup_full", "tree_rounds", "tree_nodes", "tree_levels"):
+                     "lookup_accepted", "lookup_full", "tree_rounds", "tree_nodes", "tree_levels", "draft_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for key, (hit, offered) in other.tree_ranks.items():
             mine = self.tree_ranks.setdefault(key, [0, 0])
@@ -123,6 +129,7 @@ class Stats:
             "draft_seconds": round(self.draft_seconds, 4),
             "accept_histogram": list(self.accept_histogram),
             "full_rounds": self.full_rounds,
+            "draft_tokens": self.draft_tokens,
             "tree": {"rounds": self.tree_rounds, "nodes": self.tree_nodes, "levels": self.tree_levels, "ranks": dict(self.tree_ranks),
                      "nodes_per_pass": round(self.tree_nodes / self.tree_rounds, 3) if self.tree_rounds else 0.0},
             "lookup": {"rounds": self.lookup_rounds, "proposed": self.lookup_proposed,
@@ -237,21 +244,6 @@ def propose(proposers: list[Proposer], ctx: list[int], g: int, room: int) -> Pro
     return Proposal()
 
 
-class Schedule:
-    """How many tokens to draft next round. constant: γ. heuristic: +2 after a full accept, -1 otherwise
-    (as transformers does), within [1, 4γ]. dynamic: up to γ, but the draft stops at its first token whose
-    probability is below `confidence`."""
-
-    def __init__(self, kind: str, gamma: int, confidence: float = DEFAULT_CONFIDENCE):
-        check_schedule(kind)
-        self.kind, self.gamma, self.max_gamma = kind, gamma, 4 * gamma
-        self.confidence = confidence if kind == "dynamic" else 0.0
-
-    def update(self, proposed: int, accepted: int) -> None:
-        if self.kind == "heuristic" and proposed:
-            self.gamma = min(self.gamma + 2, self.max_gamma) if accepted == proposed else max(1, self.gamma - 1)
-
-
 @torch.inference_mode()
 def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options: DecodeOptions = DEFAULTS, *,
              eos_token_ids: tuple[int, ...] = (), stop_strings: tuple[str, ...] = (), tokenizer=None,
@@ -262,6 +254,7 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options:
     target/draft: HF causal LMs or runners (decode.runners); llama-family models run on the lean FastLlama path.
     draft=None without options.lookup runs the target alone; with lookup it is prompt-lookup decoding on its own.
     vocab_map: (N,) target id of each draft id for a reduced-vocabulary draft (decode.models.targets.Draft.vocab_map).
+    A draft with its own tokenizer comes as a decode.models.vocab_pair.OtherTokenizerDraft (decode.drafting.translate).
     Returns the new token ids (ending with EOS if one was produced) and the call's Stats.
     """
     target = runner_for(target)
@@ -279,7 +272,8 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
               generator) -> tuple[list[int], Stats]:
     sampling, eos, start = options.sampling, set(eos_token_ids), time.perf_counter()
     stats = Stats(clock=Clock(target.device))
-    sched = Schedule(options.schedule, options.gamma if draft is not None or options.lookup else 0, options.confidence)
+    sched = Schedule(options.schedule, options.gamma if draft is not None or options.lookup else 0, options.confidence,
+                     tree=options.tree_nodes > 0)
     # room for the longest round: 4γ drafts, or a tree's nodes (verified) and the draft's expanded nodes (at most
     # tree_nodes a level, γ - 1 levels) past the last kept token
     max_len = len(prompt_ids) + max_new_tokens + max(sched.max_gamma, options.tree_nodes * options.gamma) + 2
@@ -294,6 +288,7 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
                            max_len, logits.device, generator, stats)
 
     done = _stop_at(out, 0, eos, stop_strings, tokenizer, max_new_tokens)
+    sched.start()  # the adaptive schedule times rounds from here
     while not done:
         room = max_new_tokens - len(out) - 1  # a proposal stops short of max_new_tokens: `nxt` is the +1
         proposal = propose(proposers, prompt_ids + out, min(sched.gamma, room), room)
@@ -334,6 +329,8 @@ def _check_call(target, draft, max_new_tokens: int, options: DecodeOptions, stop
             raise UserError(f"this feature head reads layers {draft.feature_layers} of a {draft.config.hidden_size}-wide "
                             f"target; the target is {target.config.hidden_size} wide with {n} layers: use the head "
                             "trained for this target")
+    if isinstance(draft, OtherTokenizerDraft):
+        translate.check_call(draft, options)
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if stop_strings and tokenizer is None:
@@ -354,11 +351,16 @@ def _proposers(target, draft, options: DecodeOptions, sched: Schedule, vocab: Vo
     if isinstance(draft, FeatureHead):  # the head carries its own vocabulary map
         proposers.append(HeadChain(draft, VocabMap(draft.draft_ids(), vocab.target_vocab), target, prompt_ids, first,
                                    max_len, options.sampling, sched.confidence, options.tree_nodes, generator, stats))
+    elif isinstance(draft, OtherTokenizerDraft):  # its own tokenizer: proposals through the text
+        proposers.append(translate.proposer(draft, options, sched.confidence, prompt_ids, first, max_len, generator,
+                                            stats))
     elif draft is not None:
         draft = runner_for(draft, weights=options.draft_weights)
         on_device = isinstance(target, GraphLlama) and isinstance(draft, GraphLlama)  # the GPU path (or its CPU test)
-        proposers.append(DraftChain(draft, vocab, prompt_ids, first, max_len, options.sampling, sched.confidence,
-                                    options.tree_nodes, generator, stats, on_device))
+        mask = mask_token(draft.config)  # a parallel draft: one forward a round (decode.drafting.parallel)
+        kind = DraftChain if mask is None else partial(ParallelDraft, mask=mask)
+        proposers.append(kind(draft, vocab, prompt_ids, first, max_len, options.sampling, sched.confidence,
+                              options.tree_nodes, generator, stats, on_device=on_device))
     return proposers
 
 

@@ -28,9 +28,15 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Genera
 from transformers.utils import logging as hf_logging
 
 from decode.errors import UserError
-from decode.models import draft_folder
+from decode.models import draft_folder, packaged
 from decode.models.feature_head import FeatureHead, is_head_folder
 from decode.models.layer_cut import draft_from_layers, parse_layers
+from decode.models.vocab_pair import (  # check_tokenizers: read from here too
+    OtherTokenizerDraft,
+    check_tokenizers,
+    other_tokenizer,
+    require_tokenizer,
+)
 
 hf_logging.disable_progress_bar()  # per-tensor loading bars drown the jobs' own output
 
@@ -112,6 +118,8 @@ def resolve(spec: str) -> str:
     """Turn a model spec into something from_pretrained accepts: a local folder path or a Hub id."""
     if spec == DEFAULT_TARGET:
         return str(convert_gguf(default_gguf_path(), cache_root() / DEFAULT_NAME))
+    if spec in packaged.MODELS:  # another model shipped in packages (gemma3-270m)
+        return str(packaged.folder(spec, cache_root(), convert_gguf))
     p = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not p.is_file():
@@ -330,48 +338,25 @@ def eos_ids(model, tokenizer) -> tuple[int, ...]:
     return tuple(eos)
 
 
-def check_tokenizers(target_tok, draft_tok, vocab_map: list[int] | None = None) -> None:
-    """Drafts must speak the target's vocabulary; raise naming what differs.
-
-    A reduced-vocabulary draft (vocab_map given: its N entries' target ids) only has to fit inside the target's.
-    """
-    if vocab_map is not None:
-        n = len(target_tok)
-        bad = [t for t in vocab_map if not 0 <= t < n]
-        if bad:
-            raise UserError(f"draft vocabulary map has ids outside the target vocabulary (size {n}): {bad[:5]}")
-        return
-    diffs = []
-    if len(target_tok) != len(draft_tok):
-        diffs.append(f"vocabulary size {len(target_tok)} vs {len(draft_tok)}")
-    for name in ("eos_token_id", "bos_token_id"):
-        a, b = getattr(target_tok, name, None), getattr(draft_tok, name, None)
-        if a != b:
-            diffs.append(f"{name} {a} vs {b}")
-    if not diffs:
-        va, vb = target_tok.get_vocab(), draft_tok.get_vocab()
-        if va != vb:
-            differing = [t for t in va if vb.get(t) != va[t]][:5]
-            diffs.append(f"token-to-id maps differ (e.g. {differing})")
-    if diffs:
-        raise UserError(
-            "the draft's tokenizer differs from the target's: " + "; ".join(diffs)
-            + ". Use a draft built from this target (or give a draft vocabulary map)."
-        )
-
-
 @dataclass
 class Draft:
-    """A loaded draft: the model, plus for a reduced-vocabulary draft the target id of each draft id."""
+    """A loaded draft: the model, plus for a reduced-vocabulary draft the target id of each draft id, or for a draft
+    with its own tokenizer the pair (decode.drafting.translate decodes it; `decoding` is what generate() takes)."""
 
     model: torch.nn.Module
     name: str
     vocab_map: torch.Tensor | None = None  # (N,) long: draft id -> target id
+    other: OtherTokenizerDraft | None = None
+
+    @property
+    def decoding(self):
+        return self.other or self.model
 
 
 def load_draft(spec: str, target, target_tok, dtype=None, device: str = "cpu") -> Draft:
-    """`default` / same spec as target: the target itself; `layers:0,1`: cut from the target; else a model folder."""
-    if spec == DEFAULT_TARGET or spec == getattr(target, "_specdistill_spec", None):
+    """Same spec as the target: the target itself; `layers:0,1`: cut from the target; else a model (`default`: the
+    embedded one), of the target's tokenizer or, automatically where the tokenizers differ, of its own (Draft.other)."""
+    if spec == getattr(target, "_specdistill_spec", None):
         return Draft(target, spec)
     if spec.startswith("layers:"):
         layers = parse_layers(spec[len("layers:"):], target.config.num_hidden_layers)
@@ -384,8 +369,11 @@ def load_draft(spec: str, target, target_tok, dtype=None, device: str = "cpu") -
                             f"{max(head.feature_layers) + 1} layers; this target is {target.config.hidden_size} wide "
                             f"with {target.config.num_hidden_layers}: use the head trained for this target")
         return Draft(head, spec)
+    require_tokenizer(resolve(spec), spec)
     model, tok = load_model(spec, dtype or target.dtype, device)
     vocab_map = draft_folder.read_vocab_map(resolve(spec), model.config.vocab_size)
+    if vocab_map is None and other_tokenizer(target, target_tok, model, tok, resolve(spec)):
+        return Draft(model, spec, other=OtherTokenizerDraft(model, tok, target_tok, target.config.vocab_size))
     check_tokenizers(target_tok, tok, vocab_map)
     vm = torch.tensor(vocab_map, dtype=torch.long, device=device) if vocab_map is not None else None
     return Draft(model, spec, vm)

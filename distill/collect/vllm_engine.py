@@ -64,13 +64,13 @@ def vllm_dtype(dtype: str) -> str:
 
 def build_llm(model: str, *, max_model_len: int, dtype: str = "auto", max_logprobs: int = 0,
               tensor_parallel_size: int = 1, seed: int = 0, speculative_config: dict | None = None,
-              log_stats: bool = False):
+              log_stats: bool = False, engine_args: dict | None = None):
     """An `LLM` serving the HF folder `model` with our settings.
 
     logprobs_mode="raw_logprobs": the log-softmax of the raw logits, before temperature/top-k/top-p, which is what
     collection stores (it is vLLM 0.32's default; given explicitly so a changed default cannot change the data).
     enforce_eager on CPU: graph capture is a CUDA feature and only costs start-up time there.
-    log_stats: keeps the Prometheus counters that spec_counters() reads.
+    log_stats: keeps the Prometheus counters that spec_counters() reads. engine_args: more of LLM's arguments.
     """
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default (4) is far more than we need
     from vllm import LLM
@@ -81,6 +81,7 @@ def build_llm(model: str, *, max_model_len: int, dtype: str = "auto", max_logpro
               disable_log_stats=not log_stats)
     if speculative_config:
         kw["speculative_config"] = speculative_config
+    kw.update(engine_args or {})
     if torch.cuda.is_available():
         kw["gpu_memory_utilization"] = gpu_share()
     try:

@@ -9,20 +9,25 @@ from itertools import product
 from decode.bench import BenchConfig
 from decode.errors import UserError
 from decode.models.targets import check_load_format, load_format_field
-from decode.options import DecodeOptions
+from decode.options import MAX_GAMMA, DecodeOptions
 
 
 @dataclass
 class EvalConfig:
     target: str = field(default="default", metadata={"help": "target model"})
     run: str | None = field(default=None, metadata={"help": "training run dir: evaluate every checkpoint"})
-    drafts: list = field(default_factory=list, metadata={"help": "draft folders (or layers:0,29) to evaluate"})
+    drafts: list = field(default_factory=list, metadata={"help": "draft folders (or layers:0,29) to evaluate; a model "
+                         "with another tokenizer than the target's is decoded through its text"})
+    drafts_extra: list = field(default_factory=list, metadata={"help": "off-the-shelf drafts (any causal LM, `default`, "
+                               "a model with another tokenizer) measured beside, reported apart, never shipped"})
     prompts: str = field(default="heldout", metadata={"help": "prompts (default: the bundled held-out set)"})
     categories: list = field(default_factory=list, metadata={"help": "only these prompt categories"})
     limit: int = field(default=0, metadata={"help": "N prompts in all, taken in turn from each category (0 = all)"})
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per prompt"})
     temperature: float = field(default=DecodeOptions.temperature, metadata={"help": "0 = greedy (lossless is checked)"})
     gamma: int | list = field(default=DecodeOptions.gamma, metadata={"help": "γ, or a list of γ to sweep"})
+    parallel_gamma: int | list = field(default_factory=list, metadata={"help": "γ for parallel drafts (one forward "
+                                        "proposes γ, so they may pay at a larger γ), or a list; empty = --gamma"})
     lookup: int | list = field(default=DecodeOptions.lookup, metadata={"help": "decoder's context lookup: n-gram length (0 = off), or a list "
                                                            "to compare, e.g. [0, 2] (decode.drafting.lookup)"})
     lookup_tokens: int = field(default=DecodeOptions.lookup_tokens, metadata={"help": "tokens per lookup proposal (0 = γ)"})
@@ -31,7 +36,7 @@ class EvalConfig:
     draft_weights: str = field(default=DecodeOptions.draft_weights, metadata={"help": "float32 | float16 | int8: drafts run with weights "
                                                                 "stored so on CPU (decode.runners.smallgemm: a cheaper draft step)"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
-    schedule: str = field(default=DecodeOptions.schedule, metadata={"help": "constant | heuristic | dynamic"})
+    schedule: str = field(default=DecodeOptions.schedule, metadata={"help": "constant | heuristic | dynamic | adaptive"})
     output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
     hf_static: bool = field(default=BenchConfig.hf_static, metadata={"help": "with the hf anchors on a GPU, also "
                             "transformers' generate with a static cache, compiled (its warm-up compiles: minutes)"})
@@ -53,7 +58,12 @@ class EvalConfig:
             raise UserError(f"--anchors must be hf, vllm or none, got {self.anchors!r}")
         if not self.gammas():
             raise UserError(f"--gamma must be >= 1 (draft tokens per round), got {self.gamma}")
-        for g, n, k in product(self.gammas(), self.lookups(), self.tree_sizes()):
+        given = self.parallel_gamma if isinstance(self.parallel_gamma, list) else [self.parallel_gamma]
+        bad = [int(g) for g in given if not 1 <= int(g) <= MAX_GAMMA]  # none given: --gamma's, checked below
+        if bad:
+            raise UserError(f"--parallel-gamma must be in 1..{MAX_GAMMA} (tokens a parallel draft proposes a round), "
+                            f"got {bad[0]}")
+        for g, n, k in product(self.gammas() + self.parallel_gammas(), self.lookups(), self.tree_sizes()):
             DecodeOptions(gamma=g, schedule=self.schedule, lookup=n, lookup_tokens=self.lookup_tokens, tree_nodes=k,
                           draft_weights=self.draft_weights, temperature=self.temperature)  # the checks live there
         check_load_format(self.load_format)
@@ -62,7 +72,7 @@ class EvalConfig:
                             "weights: use --anchors hf (or none)")
         if self.checkpoints not in ("all", "last"):
             raise UserError(f"--checkpoints must be 'all' or 'last', got {self.checkpoints!r}")
-        if not self.run and not self.drafts:
+        if not self.run and not self.drafts and not self.drafts_extra:
             raise UserError("give --run RUN_DIR (every checkpoint) or --drafts D1 D2 ...")
 
     def hf_anchors(self) -> bool:
@@ -70,6 +80,11 @@ class EvalConfig:
 
     def gammas(self) -> list[int]:
         return [int(g) for g in (self.gamma if isinstance(self.gamma, list) else [self.gamma])]
+
+    def parallel_gammas(self) -> list[int]:
+        """γ for parallel drafts (decode.drafting.parallel): --parallel-gamma, else --gamma."""
+        g = self.parallel_gamma if isinstance(self.parallel_gamma, list) else [self.parallel_gamma]
+        return [int(x) for x in g] or self.gammas()
 
     def lookups(self) -> list[int]:
         return [int(n) for n in (self.lookup if isinstance(self.lookup, list) else [self.lookup])] or [0]

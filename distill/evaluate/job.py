@@ -5,6 +5,7 @@ model's prediction next to the measurement, per prompt category, plus the anchor
     python -m distill.evaluate --run runs/pipeline-default --limit 8   # a pipeline folder: its train/ run
     python -m distill.evaluate --drafts D1 D2 --gamma "[2, 4, 6]"   # any drafts, several γ
     python -m distill.evaluate --drafts D1 --anchors vllm           # also vLLM's own numbers (vllm_anchors.py)
+    python -m distill.evaluate --drafts D1 --drafts-extra default     # off-the-shelf drafts beside (offshelf.py)
 
 Writes EVAL_DIR/report.json (one entry per draft × γ, the result schema of docs/architecture.md), report.md and PNG plots.
 A draft that does not load is skipped and listed ("skipped DRAFT: reason"); with none left the job fails. Timings
@@ -41,6 +42,7 @@ from distill.collect import vllm_engine
 from distill.evaluate import timing, vllm_anchors
 from distill.evaluate.config import EvalConfig
 from distill.evaluate.kinds import design_kind
+from distill.evaluate.offshelf import is_off_the_shelf
 from distill.evaluate.plan import (
     draft_names,
     drafts_of_run,
@@ -100,7 +102,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
 
     # --- every draft x γ against one shared target-alone baseline (decode.bench.measure_many)
-    runs, labels, notes = plan_runs(cfg, todo, target, tok, errors)
+    runs, labels, notes = plan_runs(cfg, todo, target, tok, errors, rows)
     if not any(spec != anchor for spec, *_ in labels):  # the untrained anchor alone evaluates nothing asked for
         raise UserError("nothing evaluated, no draft could be loaded: " + "; ".join(
             f"{x['draft']}: {x['error']}" for x in errors))
@@ -109,9 +111,10 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     names = draft_names(todo)
     for e, (spec, step, n, k) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
         meta = read_meta(spec)
+        shelf = is_off_the_shelf(spec, e.get("draft_kind"), cfg.drafts_extra)  # beside, never shipped (offshelf.py)
         e.update(label=label(spec, step, names, n, k), step=step if step is not None else meta.get("step"),
                  design=meta.get("design"), kind=design_kind(meta.get("design"), e.get("draft_kind")),
-                 trained=not spec.startswith("layers:"))
+                 trained=not spec.startswith("layers:") and not shelf, off_the_shelf=shelf)
         entries.append(e)
     del runs
 

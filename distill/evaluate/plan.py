@@ -3,16 +3,20 @@ names in the report, and each draft's (BenchConfig, transformers anchor) runs ov
 
 from __future__ import annotations
 
+import json
 import sys
 from itertools import product
 from pathlib import Path
+from types import SimpleNamespace
 
 from decode.bench import BenchConfig, is_head
+from decode.drafting.parallel import mask_token
 from decode.errors import UserError
 from decode.models.draft_folder import read_meta
 from decode.models.feature_head import is_head_folder
 from decode.models.targets import load_draft
 from decode.models.targets import resolve as resolve_model
+from decode.models.vocab_pair import check_chat_template
 from decode.options import DecodeOptions
 from distill.evaluate.config import EvalConfig
 from distill.evaluate.kinds import design_kind
@@ -60,7 +64,7 @@ def drafts_to_evaluate(cfg: EvalConfig, run_dir: Path | None,
         if not found:
             skip(errors, str(run_dir), f"no complete checkpoints in {run_dir} (nothing to evaluate there)")
         todo += found[-1:] if cfg.checkpoints == "last" else found
-    todo += [(d, None) for d in cfg.drafts]
+    todo += [(d, None) for d in [*cfg.drafts, *cfg.drafts_extra]]
     metas = {}
     for spec, _ in todo:
         try:
@@ -100,7 +104,17 @@ def grid(cfg: EvalConfig, spec: str, step: int | None, todo: list[tuple[str, int
     """(tree nodes, lookup, γ) settings a draft runs at: the whole grid for the drafts asked for and the newest
     checkpoint; the first setting only for the untrained anchor and earlier checkpoints (see plan_runs)."""
     gammas, lookups, counts = cfg.gammas(), cfg.lookups(), cfg.tree_sizes()
+    gammas = cfg.parallel_gammas() if parallel_folder(spec) else gammas  # one forward a round: its own γ
     return list(product(counts, lookups, gammas)) if is_main(spec, step, todo) else [(counts[0], lookups[0], gammas[0])]
+
+
+def parallel_folder(spec: str) -> bool:
+    """A parallel draft's folder (its config.json names a mask token: decode.drafting.parallel), before it loads."""
+    path = Path(spec) / "config.json" if not spec.startswith("layers:") else None
+    try:
+        return path is not None and mask_token(SimpleNamespace(**json.loads(path.read_text()))) is not None
+    except (OSError, ValueError, TypeError):  # not a folder, or not a config: load_draft says why, later
+        return False
 
 
 def is_main(spec: str, step: int | None, todo: list[tuple[str, int | None]]) -> bool:
@@ -109,7 +123,7 @@ def is_main(spec: str, step: int | None, todo: list[tuple[str, int | None]]) -> 
     return not spec.startswith("layers:") and (step is None or step == newest)
 
 
-def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, errors: list[dict]):
+def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, errors: list[dict], rows=()):
     """Load each draft and list its (draft, BenchConfig, with transformers' assisted generation) runs and labels.
 
     The γ x lookup x tree grid goes to the drafts asked for and the newest checkpoint; the untrained anchor and
@@ -124,6 +138,8 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
     for spec, step in todo:
         try:
             draft = load_draft(spec, target, tok, device=str(target.device))
+            for row in rows if draft.other is not None else ():  # its own tokenizer: it must read the target's text
+                check_chat_template(tok, draft.other.tokenizer, row)
         except (UserError, OSError, ValueError) as e:
             skip(errors, spec, str(e))
             continue

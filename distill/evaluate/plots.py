@@ -74,8 +74,8 @@ def by_step(result: dict, path: Path) -> Path | None:
 # --- speedup against γ
 def gamma_curves(entries: list[dict]) -> list[dict]:
     """Per draft: the cost model's speedup at γ = 1..8 from its measured per-token α, c and v(γ) (v at unmeasured
-    γ: costmodel.v_at), and its measured points. Entries with lookup or a token tree are points only (the
-    prediction needs their round mix, measured at their γ alone).
+    γ: costmodel.v_at), and its measured points. Entries with lookup, a token tree or a parallel draft are points
+    only (the prediction needs their round mix, measured at their γ alone).
     -> [{"label", "predicted": [(γ, speedup)] or [], "measured": [(γ, speedup)]}]"""
     out: dict[str, dict] = {}
     for e in entries:
@@ -83,7 +83,8 @@ def gamma_curves(entries: list[dict]) -> list[dict]:
         d["entries"].append(e)
         d["measured"].append((e["gamma"], e["speedup"]))
     for d in out.values():
-        es = [e for e in d.pop("entries") if _plain(e) and e.get("schedule", "constant") == "constant"]
+        es = [e for e in d.pop("entries") if _plain(e) and e.get("schedule", "constant") == "constant"
+              and not (e.get("cost_model") or {}).get("parallel")]  # a parallel draft's round is not the chain's
         d["measured"].sort()
         d["predicted"] = []
         if es and all((e.get("cost_model") or {}).get("c") is not None for e in es):

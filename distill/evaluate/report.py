@@ -12,11 +12,11 @@ from pathlib import Path
 from decode import cli
 from decode.drafting import lossless
 from decode.errors import UserError
-from distill.evaluate import timing
+from distill.evaluate import offshelf, positions, timing
 from distill.evaluate.kinds import kind
 
 # the plots distill.evaluate writes, in report order: by training step, by γ, the design map
-PLOT_FILES = ("acceptance_by_step.png", "speedup_by_gamma.png", "design_map.png")
+PLOT_FILES = ("acceptance_by_step.png", "speedup_by_gamma.png", "design_map.png", positions.PLOT_FILE)
 
 
 def best(entries: list[dict]) -> dict | None:
@@ -37,7 +37,8 @@ def best(entries: list[dict]) -> dict | None:
             "speedup_vs_hf_assisted": e["speedup_vs_hf_assisted"]}
 
 
-KIND_NAMES = {"feature_head": "feature head", "standalone": "standalone"}
+KIND_NAMES = {"feature_head": "feature head", "standalone": "standalone", "parallel": "parallel",
+              "other_tokenizer": "another tokenizer"}
 
 
 def design_text(e: dict) -> str:
@@ -53,8 +54,10 @@ def design_text(e: dict) -> str:
         parts = [(f"layers {','.join(map(str, layers))}" if isinstance(layers, list) else f"{layers} layers")
                  if layers is not None else None,
                  d.get("init") if d.get("init") not in (None, "target_layers") else None,
-                 f"vocab {d['vocab']}" if d.get("vocab") not in (None, "full") else None]
+                 f"vocab {d['vocab']}" if d.get("vocab") not in (None, "full") else None,
+                 f"block {d['parallel']}" if d.get("parallel") else None]  # a parallel draft's K
     parts += [f"{d['params'] / 1e6:.1f}M params"] if isinstance(d.get("params"), (int, float)) else []
+    parts += [f"{e['other_tokenizer']['shared_ids']} ids shared"] if e.get("other_tokenizer") else []
     shown = "; ".join(p for p in parts if p)
     return KIND_NAMES.get(k, k) + (f" ({shown})" if shown else "")
 
@@ -124,6 +127,7 @@ def markdown(result: dict, pngs: list[str]) -> str:
                       "| category | prompts | α | τ | speedup |", "|---|---|---|---|---|"]
             for cat, c in top["per_category"].items():
                 lines.append(f"| {cat} | {c['prompts']} | {_f(c['acceptance_rate'])} | {_f(c['tau'], 2)} | {_f(c['speedup'], 2)}× |")
+            lines += _context_lines(top)
             cm = top["cost_model"]
             lines += ["", f"Cost model at the best measured γ ({top['gamma']}): predicted {cm['predicted_speedup']}× vs measured "
                       f"{top['speedup']}× ({b['prediction_error']:+.1%})."]
@@ -147,6 +151,8 @@ def markdown(result: dict, pngs: list[str]) -> str:
                   "have no layers to cut)"]
     if vl:
         lines += vllm_lines(vl)
+    lines += positions.table(entries)  # [] without a parallel draft
+    lines += offshelf.lines(result)  # [] without an off-the-shelf draft
     if result.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {x}" for x in result["notes"]]
     if result.get("errors"):
@@ -154,6 +160,20 @@ def markdown(result: dict, pngs: list[str]) -> str:
     if pngs:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in pngs]
     return "\n".join(lines) + "\n"
+
+
+def _context_lines(top: dict) -> list[str]:
+    """The best entry by the prompt's length (decode.bench.results.context_bucket), where its prompts span more than
+    the shortest bucket (a long prompt set; a run on the short sets has one row and no table)."""
+    rows = top.get("per_context") or {}
+    if list(rows) in ([], ["<512"]):
+        return []
+    lines = ["", f"## By context length: {top['label']} at γ={top['gamma']}", "",
+             "| prompt tokens | prompts | α | τ | target tok/s | speedup |", "|---|---|---|---|---|---|"]
+    for name, c in rows.items():
+        lines.append(f"| {name} | {c['prompts']} | {_f(c['acceptance_rate'])} | {_f(c['tau'], 2)} | "
+                     f"{_f(c['baseline_tokens_per_s'], 1)} | {_f(c['speedup'], 2)}× |")
+    return lines
 
 
 def hf_skipped(entries: list[dict]) -> dict[str, str]:
@@ -195,7 +215,7 @@ def write(result: dict, out: Path) -> list[Path]:
     """The plots (PLOT_FILES, those with data) and report.md of an evaluation result into `out`; the PNG paths."""
     from distill.evaluate import plots
 
-    makers = (plots.by_step, plots.by_gamma, plots.design_map)  # in PLOT_FILES order
+    makers = (plots.by_step, plots.by_gamma, plots.design_map, positions.plot)  # in PLOT_FILES order
     pngs = [p for p in (make(result, out / name) for make, name in zip(makers, PLOT_FILES)) if p]
     (out / "report.md").write_text(markdown(result, [p.name for p in pngs]))
     return pngs

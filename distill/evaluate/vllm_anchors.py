@@ -9,7 +9,10 @@ Each setting is one vLLM engine, built and released in turn (an engine's specula
 α and τ come from vLLM's spec-decode counters: α = accepted / drafted tokens, τ = 1 + accepted / drafts.
 
 A reduced-vocabulary draft (draft_vocab.json) speaks other ids than the target, which draft_model cannot serve;
-its anchor says so instead of failing (distill.publish makes a servable export). A feature head folder (the
+its anchor says so instead of failing (distill.publish makes a servable export). A draft with its own tokenizer is
+served with use_heterogeneous_vocab (vLLM's greedy draft over the vocabularies' intersection, its context mapped id by
+id, not re-tokenized), and with the hybrid KV cache manager off, which a draft of a sliding-window target such as
+Gemma 3 needs in 0.32 (else "All drafting layers should belong to the same kv cache group"). A feature head folder (the
 speculators eagle3 format, decode.models.feature_head) is served as vLLM serves those: speculative method eagle3, its
 reduced vocabulary included (the folder's d2t/t2d).
 """
@@ -26,10 +29,12 @@ from pathlib import Path
 
 import torch
 
+from decode.drafting.parallel import MASK_FIELDS
 from decode.errors import UserError
+from decode.models import packaged
 from decode.models.draft_folder import VOCAB_MAP_FILE
 from decode.models.feature_head import is_head_folder
-from decode.models.targets import resolve
+from decode.models.targets import DEFAULT_TARGET, resolve
 from distill.collect import vllm_engine
 
 # vLLM's n-gram proposer set like transformers' prompt-lookup anchor: match the last 2 tokens, down to 1
@@ -38,14 +43,19 @@ NGRAM = {"prompt_lookup_min": 1, "prompt_lookup_max": 2}
 
 def method(spec: str) -> str:
     """vLLM's speculative method for a draft folder: eagle3 for a feature head, draft_model for a standalone draft."""
-    return "eagle3" if not spec.startswith("layers:") and is_head_folder(spec) else "draft_model"
+    return "eagle3" if not spec.startswith("layers:") and is_head_folder(serve_folder(spec)) else "draft_model"
+
+
+def serve_folder(spec: str) -> str:
+    """The folder vLLM loads for a draft spec: a packaged model's name (`default`, gemma3-270m) is its converted folder."""
+    return resolve(spec) if spec == DEFAULT_TARGET or spec in packaged.MODELS else spec
 
 
 def servable(spec: str) -> str | None:
     """None when vLLM can serve this draft as it is (method()), else the reason it cannot."""
     if spec.startswith("layers:"):
         return "an untrained layer cut made at load time, not a model folder vLLM can load"
-    folder = Path(spec)
+    folder = Path(serve_folder(spec))
     if is_head_folder(folder):  # eagle3 takes the head's own vocabulary map
         return _head_servable(folder)
     if (folder / VOCAB_MAP_FILE).is_file():
@@ -54,6 +64,13 @@ def servable(spec: str) -> str | None:
     if not (folder / "config.json").is_file():
         return f"not a model folder (no config.json in {folder})"
     return None
+
+
+def _parallel(folder: str) -> bool:
+    """A parallel draft's folder: its config.json names a mask token (decode.drafting.parallel.MASK_FIELDS), which vLLM
+    serves with parallel_drafting."""
+    path = Path(folder) / "config.json"
+    return path.is_file() and any(isinstance(json.loads(path.read_text()).get(k), int) for k in MASK_FIELDS)
 
 
 def _head_servable(folder: Path) -> str | None:
@@ -70,10 +87,11 @@ def _head_servable(folder: Path) -> str | None:
 
 
 def request(target_folder: str, encoded: list[list[int]], drafts: list[tuple[str, str]], gamma: int,
-            max_new_tokens: int, eos: list[int], dtype: str, seed: int) -> dict:
-    """What the child measures: drafts as (folder, report label)."""
+            max_new_tokens: int, eos: list[int], dtype: str, seed: int, other_tokenizer: list[str] = ()) -> dict:
+    """What the child measures: drafts as (folder, report label); other_tokenizer: those with their own tokenizer."""
     return {"target": target_folder, "prompts": encoded, "drafts": [list(d) for d in drafts], "gamma": gamma,
-            "max_new_tokens": max_new_tokens, "eos": sorted(eos), "dtype": dtype, "seed": seed}
+            "max_new_tokens": max_new_tokens, "eos": sorted(eos), "dtype": dtype, "seed": seed,
+            "other_tokenizer": list(other_tokenizer)}
 
 
 def measure(req: dict, timeout_s: float | None = None) -> dict:
@@ -99,9 +117,10 @@ def anchor(target: str, drafts: list[tuple[str, str]], entries: list[dict], enco
     """report.json's `vllm` anchor: vLLM's numbers (the child's), each draft in `drafts` order with vLLM's numbers
     or why vLLM cannot serve it, and next to them our own α, τ, speedup for the same draft and γ."""
     serve = [(d, label) for d, label in drafts if servable(d) is None]
+    other = [e["draft"] for e in entries if e.get("draft_kind") == "other_tokenizer"]
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # our cached blocks, so the child's vLLM finds them free (vllm_engine.gpu_share)
-    result = measure(request(resolve(target), encoded, serve, gamma, max_new_tokens, list(eos), dtype, seed))
+    result = measure(request(resolve(target), encoded, serve, gamma, max_new_tokens, list(eos), dtype, seed, other))
     measured = {e["draft"]: e for e in result.get("drafts", [])}
     result["drafts"] = [measured.get(d) or {"label": label, "draft": d, "method": method(d), "gamma": gamma,
                                             **({"not_servable": servable(d)} if servable(d) else
@@ -127,8 +146,10 @@ def _run_one(req: dict, speculative: dict | None, reference: list[list[int]] | N
     """One engine: the target alone (speculative None) or with a speculative method; its numbers and outputs."""
     prompts = req["prompts"]
     max_len = vllm_engine.model_len([len(p) for p in prompts], req["max_new_tokens"], 1 << 30)
+    hetero = bool(speculative and speculative.get("use_heterogeneous_vocab"))
     llm = vllm_engine.build_llm(req["target"], max_model_len=max_len, dtype=req["dtype"], seed=req["seed"],
-                                speculative_config=speculative, log_stats=True)
+                                speculative_config=speculative, log_stats=True,
+                                engine_args={"disable_hybrid_kv_cache_manager": True} if hetero else None)
     params = vllm_engine.sampling_params(max_new_tokens=req["max_new_tokens"], temperature=0.0, top_k=0, top_p=1.0,
                                          k=0, eos=set(req["eos"]))
     llm.generate([{"prompt_token_ids": prompts[0]}], params, use_tqdm=False)  # warm-up, outside the counters
@@ -163,7 +184,10 @@ def run_all(req: dict) -> dict:
               "max_new_tokens": req["max_new_tokens"], "batch": 1, "dtype": vllm_engine.vllm_dtype(req["dtype"]),
               "target_alone": base, "drafts": []}
     settings = [("ngram", None, {"method": "ngram", "num_speculative_tokens": g, **NGRAM})]
-    settings += [(label, folder, {"method": method(folder), "model": folder, "num_speculative_tokens": g})
+    other = set(req.get("other_tokenizer", ()))
+    settings += [(label, folder, {"method": method(folder), "model": serve_folder(folder), "num_speculative_tokens": g,
+                                  **({"use_heterogeneous_vocab": True} if folder in other else {}),
+                                  **({"parallel_drafting": True} if _parallel(serve_folder(folder)) else {})})
                  for folder, label in req["drafts"]]
     for label, folder, spec in settings:
         entry = {"label": label, "draft": folder, "method": spec["method"], "gamma": g}

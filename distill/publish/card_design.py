@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from decode.models.draft_folder import VOCAB_MAP_FILE
 from decode.models.feature_head import FORMAT as HEAD_FORMAT
+from distill.publish import card_parallel
 
 
 def fmt(x, spec=".3f") -> str:
@@ -41,6 +42,8 @@ def design_section(meta: dict, config: dict, target_config: dict, n_params: int)
     ]
     if d.get("freeze"):
         rows.append(("frozen in training", ", ".join(map(str, d["freeze"]))))
+    if card_parallel.mask_of(config) is not None:
+        rows += card_parallel.design_rows(meta, config)
     return "\n".join(["## Design", "", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
 
 

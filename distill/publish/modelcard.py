@@ -19,7 +19,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from decode.errors import UserError
 from decode.models.feature_head import FORMAT as HEAD_FORMAT
-from distill.publish import usage, vllm_check
+from distill.publish import card_parallel, usage, vllm_check
 from distill.publish.card_design import design_section, fmt, head_design_section, is_head, training_section
 
 TAGS = ["speculative-decoding", "draft-model", "specdistill"]
@@ -286,6 +286,7 @@ def build_card(
     best = headline(entries) if entries else None
     shown = target_id or target_spec
     head = is_head(config)
+    parallel = not head and card_parallel.mask_of(config) is not None  # distill/publish/card_parallel.py
     data = ModelCardData(
         base_model=target_id,
         tags=TAGS + HEAD_TAGS if head else TAGS,
@@ -304,7 +305,7 @@ def build_card(
         f"Weights are {weights_dtype} safetensors; the tokenizer files are the target's own."
         if head else
         f"A draft model for speculative decoding with {link}, built and measured with "
-        f"specdistill. Weights are {weights_dtype} safetensors; the "
+        f"specdistill.{card_parallel.intro(config) if parallel else ''} Weights are {weights_dtype} safetensors; the "
         "tokenizer files are the target's own."
     )
     body = "\n\n".join(part for part in [
@@ -315,7 +316,7 @@ def build_card(
             vllm_check.card_section(vllm, best),
             tree_section(best, head),
             (usage.head_section(repo_id, shown, gamma, bool(target_id)) if head
-             else usage.section(repo_id, shown, gamma, reduced)),
+             else usage.section(repo_id, shown, gamma, reduced, parallel)),
             (head_design_section if head else design_section)(meta, config, target_config, n_params),
             training_section(meta),
             _checks(checks),

@@ -13,7 +13,10 @@ Expansion, per target id t (t2d[t]: its draft id, -1 outside the draft vocabular
     head        row t = reduced row t2d[t]; outside, the *mean* of the N reduced rows (and the mean bias): an OOV
                 logit is then mean_j z_j <= max_j z_j, strictly below the max unless all N logits are equal, so
                 no OOV token can win the argmax and greedy proposals are d2t[the reduced draft's argmax];
-    tying       embedding and head now differ outside the vocabulary, so the expanded draft is untied.
+    tying       embedding and head now differ outside the vocabulary, so the expanded draft is untied;
+    mask        a parallel draft's mask token (its last draft id N, decode.drafting.parallel) lands on its reserved
+                target id d2t[N]: the embedding row there is the trained mask row, the output row an OOV row (never
+                proposed), and config.json's mask_token_id / pard_token name d2t[N] (vLLM's parallel_drafting).
 
 `check_servable` proves the two forms propose the same tokens on real prompts before anything is uploaded.
 
@@ -32,6 +35,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
+from decode.drafting.parallel import mask_token
 from decode.errors import UserError
 from decode.models import draft_folder
 from decode.models.draft_folder import VOCAB_MAP_FILE, VocabMap
@@ -106,13 +110,21 @@ def expand_folder(reduced: Path, out: Path, target_config, target_gc=None) -> in
         raise UserError(f"{reduced}: no {emb_key} in the weights; re-save the draft with its embedding")
     head = tensors.get(head_key, tensors[emb_key])  # a tied draft stores only the embedding
     tensors[emb_key] = expand_embedding(tensors[emb_key], vm)
-    tensors[head_key], bias = expand_head(head, vm, tensors.get(bias_key) if bias_key else None)
+    reduced_bias = tensors.get(bias_key) if bias_key else None
+    tensors[head_key], bias = expand_head(head, vm, reduced_bias)
+    mask = mask_token(config)  # a parallel draft: its mask id moves to its reserved target id (d2t[mask])
+    if mask is not None:  # whose output row is an OOV row's, the mean: never proposed there either
+        tensors[head_key][d2t[mask]] = head.float().mean(0).to(head.dtype)
+        if bias is not None:
+            bias[d2t[mask]] = reduced_bias.float().mean().to(bias.dtype)
     if bias is not None:
         tensors[bias_key] = bias
     save_file({k: t.contiguous() for k, t in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"})
 
     raw = json.loads((reduced / "config.json").read_text())
     raw.update(vocab_size=V, tie_word_embeddings=False, **{n: _target_ids(target_config, None, n) for n in SPECIAL_IDS})
+    if mask is not None:  # where vLLM (parallel_drafting) and TensorRT-LLM read the mask token
+        raw.update(mask_token_id=d2t[mask], pard_token=d2t[mask])
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
     gc = GenerationConfig.from_pretrained(reduced)
     for n in SPECIAL_IDS:

@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from decode.models.draft_folder import VOCAB_MAP_FILE
+from distill.publish import card_parallel
 from distill.publish.servable import REDUCED_DIR
 
 
@@ -35,8 +36,9 @@ def install_line() -> str:
     return "pip install -e path/to/specdistill  # a checkout of specdistill, the project that built this draft"
 
 
-def section(repo_id: str, target_id: str, gamma: int, reduced: bool) -> str:
-    plain = _plain(repo_id, target_id, gamma)
+def section(repo_id: str, target_id: str, gamma: int, reduced: bool, parallel: bool = False) -> str:
+    """parallel: a parallel draft, served by vLLM with parallel_drafting (distill/publish/card_parallel.py)."""
+    plain = _plain(repo_id, target_id, gamma, parallel)
     if not reduced:
         return plain
     return plain + f"""
@@ -73,7 +75,8 @@ print(tok.decode(out, skip_special_tokens=True), stats.tau)
 ```"""
 
 
-def _plain(repo_id: str, target_id: str, gamma: int) -> str:
+def _plain(repo_id: str, target_id: str, gamma: int, parallel: bool = False) -> str:
+    extra = card_parallel.vllm_keys() if parallel else ""
     return f"""## Usage
 
 transformers (this repo's `generation_config.json` sets `num_assistant_tokens={gamma}` with a constant schedule;
@@ -98,7 +101,7 @@ vLLM (applies the target's chat template and stops at its EOS by itself):
 from vllm import LLM, SamplingParams
 
 llm = LLM(model="{target_id}", speculative_config={{"method": "draft_model", "model": "{repo_id}",
-                                               "num_speculative_tokens": {gamma}}})
+                                               "num_speculative_tokens": {gamma}{extra}}})
 chat = [{{"role": "user", "content": "Hello!"}}]
 print(llm.chat(chat, SamplingParams(temperature=0, max_tokens=128))[0].outputs[0].text)
 ```"""

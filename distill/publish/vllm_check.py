@@ -26,10 +26,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from decode.drafting import lossless
+from decode.drafting.parallel import mask_token
 from decode.drafting.speculative import generate
 from decode.models.feature_head import is_head_folder
 from decode.models.targets import eos_ids, load_draft
@@ -181,11 +183,13 @@ def prove(folder: Path, target_path: str, target, tokenizer, gamma: int, python:
     max_len = max(map(len, prompts)) + VLLM_NEW_TOKENS + 2 * gamma + 16
     # absolute: vLLM runs in a temporary folder, where the README's relative runs/... paths do not exist
     local = Path(target_path).exists()
+    parallel = how == "draft_model" and is_parallel_folder(folder)  # one forward from mask tokens a round
     request = {"target": str(Path(target_path).absolute()) if local else target_path,
                "draft": str(Path(folder).absolute()), "gamma": gamma, "prompts": prompts,
-               "max_tokens": VLLM_NEW_TOKENS, "dtype": vllm_dtype(target), "max_model_len": max_len, "method": how}
-    print(f"vllm: serving the target alone, then with the draft (method {how}, γ={gamma}), on {len(prompts)} prompts "
-          f"under {python}; two engine loads, minutes on a CPU")
+               "max_tokens": VLLM_NEW_TOKENS, "dtype": vllm_dtype(target), "max_model_len": max_len, "method": how,
+               **({"parallel_drafting": True} if parallel else {})}
+    print(f"vllm: serving the target alone, then with the draft (method {how}{', parallel_drafting' * parallel}, "
+          f"γ={gamma}), on {len(prompts)} prompts under {python}; two engine loads, minutes on a CPU")
     try:
         result = {**run_vllm(python, request), "max_tokens": VLLM_NEW_TOKENS, "dtype": request["dtype"]}
     except RuntimeError as e:
@@ -199,7 +203,13 @@ def prove(folder: Path, target_path: str, target, tokenizer, gamma: int, python:
         prompts[:lossless.CALIBRATION_PROMPTS], ours["outputs"])], lossless.verify_sizes(DecodeOptions(gamma=gamma)))
     ok, detail, numbers = compare(result, ours, gamma, rule, eps,
                                   lambda p, ref: lossless.margin_fn(runner, prompts[p], ref))
-    return ("ok" if ok else "fail"), detail, {**numbers, "method": how}
+    return ("ok" if ok else "fail"), detail, {**numbers, "method": how, **({"parallel_drafting": True} if parallel else {})}
+
+
+def is_parallel_folder(folder: str | Path) -> bool:
+    """A published folder whose config.json names a mask token (a parallel draft, decode.drafting.parallel)."""
+    path = Path(folder) / "config.json"
+    return path.is_file() and mask_token(SimpleNamespace(**json.loads(path.read_text()))) is not None
 
 
 # --- the card
@@ -230,7 +240,7 @@ def card_section(vllm: dict | None, best: dict | None) -> str:
         "## Measured in vLLM",
         "",
         f"Before upload, vLLM {vllm.get('vllm')} served the target with this draft "
-        f"(`method: {vllm.get('method', 'draft_model')}`, "
+        f"(`method: {vllm.get('method', 'draft_model')}`{', `parallel_drafting: true`' * bool(vllm.get('parallel_drafting'))}, "
         f"γ = {vllm['gamma']}, {vllm.get('dtype')}) on {vllm['prompts']} held-out prompts, greedy, up to "
         f"{vllm.get('max_tokens')} new tokens each, one at a time: its output equals vLLM's target alone. Speedup is "
         "tokens/s with the draft ÷ the target alone, same prompts, same process, after a warm-up. α is vLLM's "

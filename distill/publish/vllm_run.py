@@ -41,7 +41,8 @@ def serve(req: dict, speculative: bool) -> dict:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    spec = {"method": req.get("method", "draft_model"), "model": req["draft"], "num_speculative_tokens": req["gamma"]}
+    spec = {"method": req.get("method", "draft_model"), "model": req["draft"], "num_speculative_tokens": req["gamma"],
+            **({"parallel_drafting": True} if req.get("parallel_drafting") else {})}
     llm = LLM(model=req["target"], dtype=req["dtype"], max_model_len=req["max_model_len"], enforce_eager=True,
               disable_log_stats=False, seed=0, speculative_config=spec if speculative else None)
     greedy = SamplingParams(temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=False)

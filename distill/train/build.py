@@ -15,7 +15,7 @@ from decode.errors import UserError
 from decode.models.draft_folder import VocabMap
 from decode.models.layer_cut import config_dtype
 from decode.models.targets import load_target, resolve
-from distill.train import batches, copy_circuit, head
+from distill.train import batches, copy_circuit, head, parallel
 from distill.train.config import TrainConfig
 from distill.train.data import Data
 from distill.train.designs import (
@@ -52,6 +52,9 @@ def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
     tc = AutoConfig.from_pretrained(folder)
     model, vocab_map = build_draft_from_files(design, folder, tok, seqs, cfg.seed, str(accelerator.device))
     model.float()  # fp32 weights to train (a bf16 target gives a bf16 cut); autocast runs bf16 on GPU
+    mask_card = {}
+    if cfg.parallel:  # the mask token (distill/train/parallel.py), in the draft's ids
+        vocab_map, mask_card = parallel.add_mask_token(model, vocab_map, seqs.counts(tc.vocab_size), tok, tc.vocab_size)
     layers = design.layer_indices(tc.num_hidden_layers)
     circuit = getattr(model.config, "copy_circuit", None)  # built now, or in the pretrained draft's folder
     if cfg.lora_r:
@@ -65,6 +68,8 @@ def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear"))
     else:
         apply_freeze(model, design.freeze)
+        if cfg.parallel:  # the mask's embedding row trains under --freeze embed too (before the circuit's masks)
+            parallel.train_mask_row(model)
         copy_circuit.mask_gradients(model)
     # evaluation and export resize the copy circuit's output to the grown residual, measured on these sequences
     calib_seqs = circuit_sample(seqs, vocab_map, tc.vocab_size) if circuit else None
@@ -74,6 +79,8 @@ def build_model(cfg: TrainConfig, tok, data: Data, accelerator) -> Draft:
     if ds_plugin is not None and ds_plugin.zero_stage == 3:
         ds_plugin.set_deepspeed_weakref()  # give transformers back the ZeRO-3 config prepare_zero3() unset
     card = describe(model)  # leaves the model in eval mode
+    if cfg.parallel:
+        card.update(mask_card, parallel=cfg.parallel, trainable_params=parallel.trainable(model))
     model.train()
     vocab = VocabMap(vocab_map, tc.vocab_size) if vocab_map is not None else None
     width = circuit["private"] if circuit else model.config.hidden_size  # the copied layers' width

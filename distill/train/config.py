@@ -10,7 +10,7 @@ import torch
 
 from decode.errors import UserError
 from decode.options import DecodeOptions
-from distill.train import head, losses
+from distill.train import head, losses, parallel
 from distill.train.designs import (
     DraftDesign,
 )
@@ -52,11 +52,19 @@ class TrainConfig:
     intermediate_size: int | None = field(default=None, metadata={"help": "FFN width; None = target's"})
     num_attention_heads: int | None = field(default=None, metadata={"help": "None = target's"})
     num_key_value_heads: int | None = field(default=None, metadata={"help": "None = target's"})
-    init: str = field(default="target_layers", metadata={"help": "target_layers | prune | random | pretrained:PATH"})
+    init: str = field(default="target_layers", metadata={"help": "target_layers | prune | random | pretrained:PATH | "
+                      "other_tokenizer:PATH (a model with another tokenizer, rows mapped onto the target's vocabulary)"})
     vocab: int | str = field(default="full", metadata={"help": "'full' or N most frequent target tokens"})
     freeze: list = field(default_factory=lambda: ["embed"], metadata={"help": "parts kept frozen: embed, head, norm"})
     copy_circuit: bool = field(default=False, metadata={"help": "widen the draft with a hand-built induction (copy) circuit"})
     lora_r: int = field(default=0, metadata={"help": "LoRA rank for init=pretrained (0 = full fine-tune)"})
+    # --- parallel drafting (PARD style, distill/train/parallel.py): one forward proposes K tokens from mask tokens
+    parallel: int = field(default=0, metadata={"help": "K >= 2: also train a mask token, mask k after an anchor "
+                          "predicting the (k+1)-th next token, so one forward proposes K (0 = a chain draft)"})
+    parallel_keep: float = field(default=0.5, metadata={"help": "conditional drop: each mask level keeps this share of "
+                                 "the level below's anchors (an example packs <= T + n keep / (1 - keep) + K tokens)"})
+    parallel_weight: str = field(default="uniform", metadata={"help": "uniform | accepted: weigh a mask row by the "
+                                 "draft's chance of being accepted up to it (PARD-2's aim: accepted length)"})
     # --- objective and optimisation
     loss: dict = field(default_factory=lambda: {"fkl": 1.0}, metadata={"help": "weights over fkl, rkl, jsd, tvd, ce, top1 (distill/train/losses.py)"})
     jsd_beta: float = field(default=0.5, metadata={"help": "beta of the jsd term"})
@@ -83,6 +91,9 @@ class TrainConfig:
     precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32"})
     loss_chunk_mb: int = field(default=256, metadata={"help": "the head and the loss run over chunks of positions "
                                "of this many MiB of float32 logits (peak memory is a few such chunks)"})
+    memory_gb: float = field(default=0.0, metadata={"help": "memory one training process may use (GiB): a step on "
+                             "the longest micro-batch, as distill/train/memory_fit.py estimates it, is checked against it "
+                             "before the draft is built. 0 = what the device has available at the start"})
     data_workers: int = field(default=-1, metadata={"help": "processes collating batches ahead of the loop; 0 = one "
                               "background thread; -1 = 2 processes on GPU, a thread on CPU"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
@@ -134,6 +145,7 @@ class TrainConfig:
                                               or self.init not in ("target_layers", "random")):
             raise UserError("--design feature_head is one decoder layer with --init target_layers or random; "
                             "--copy-circuit, --lora-r and a list of --layers are for standalone drafts")
+        parallel.check(self)
         if not 0 < self.ttt_decay <= 1:
             raise UserError(f"--ttt-decay must be in (0, 1], got {self.ttt_decay}")
         bad = set(self.loss) - set(losses.LOSS_NAMES)
@@ -154,7 +166,8 @@ COMPILE = ("auto", "on", "off")
 AT_LEAST = {-1: ("batch_tokens",),
             1: ("max_steps", "max_nonfinite_steps", "ttt_steps", "batch_size", "grad_accum", "eval_every", "log_every", "signal_every", "loss_chunk_mb",
                 "spec_eval_gamma", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"),
-            0: ("save_every", "lr_width", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay")}
+            0: ("save_every", "lr_width", "warmup_steps", "keep_last", "eval_rows", "data_tokens", "spec_eval_prompts", "lora_r", "seed", "weight_decay",
+                "memory_gb")}
 
 
 def check_bounds(cfg: TrainConfig) -> None:

@@ -2,7 +2,8 @@
 
     layers             count (the target's first N layers) or explicit target layer indices
     hidden_size, intermediate_size, num_attention_heads, num_key_value_heads   (None = the target's)
-    init               target_layers | prune | random | pretrained:PATH
+    init               target_layers | prune | random | pretrained:PATH | other_tokenizer:PATH (a model with another
+                       tokenizer: its layers, rows mapped onto the target's vocabulary; distill/train/transplant.py)
     vocab              "full" or N: the draft's vocabulary is the N most frequent target tokens in the data
     freeze             parts that do not train: embed (tied heads freeze with it), head, norm
     copy_circuit       widen the draft with a hand-built induction (copy) circuit (distill/train/copy_circuit.py)
@@ -38,7 +39,7 @@ from decode.models.layer_cut import (
     target_generation_config,
 )
 from decode.models.targets import check_tokenizers, load_model, resolve
-from distill.train import copy_circuit
+from distill.train import copy_circuit, transplant
 from distill.train.prune import PRUNE_TYPES, ffn_name, importance, prune, target_widths
 
 
@@ -94,8 +95,10 @@ class DraftDesign:
     def check(self, tc) -> None:
         """Reject designs that are impossible for target config `tc`, naming the problem."""
         self.layer_indices(tc.num_hidden_layers)
-        if self.init not in ("target_layers", "prune", "random") and not str(self.init).startswith("pretrained:"):
-            raise UserError(f"init={self.init!r}: use target_layers, prune, random or pretrained:PATH")
+        if self.init not in ("target_layers", "prune", "random") and not str(self.init).startswith("pretrained:") \
+                and not transplant.source(self.init):
+            raise UserError(f"init={self.init!r}: use target_layers, prune, random, pretrained:PATH or "
+                            "other_tokenizer:PATH")
         widths, t = self.widths(tc), target_widths(tc)
         h, heads, kv = widths["hidden_size"], widths["num_attention_heads"], widths["num_key_value_heads"]
         if heads % kv:
@@ -223,6 +226,8 @@ def _build(design: DraftDesign, src, tokenizer, sequences, seed: int):
         del target
     elif design.init == "random":
         draft = AutoModelForCausalLM.from_config(_random_config(design, tc, layers), dtype=src.dtype)
+    elif transplant.source(design.init):  # another tokenizer's model, its rows mapped onto the target's ids
+        draft = transplant.build(transplant.source(design.init), tokenizer, tc, layers, src.dtype, src.device)
     else:  # a draft trained before (an on-policy round continues it): it keeps its own vocabulary and circuit
         folder = design.init.split(":", 1)[1]
         draft, tok = load_model(folder, src.dtype, str(src.device))

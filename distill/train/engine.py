@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distill.train import head
+from distill.train import head, parallel
 from distill.train.student import Student
 
 if TYPE_CHECKING:
@@ -32,6 +32,9 @@ def make_engine(cfg: TrainConfig, accelerator, model) -> tuple[torch.nn.Module, 
     ds_plugin = accelerator.state.deepspeed_plugin
     if cfg.design == "feature_head":
         student = head.HeadStudent(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20, cfg.ttt_steps, cfg.ttt_decay)
+    elif cfg.parallel:  # packed mask levels (distill/train/parallel.py)
+        student = parallel.ParallelStudent(model, cfg.parallel, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20,
+                                           cfg.parallel_weight)
     else:
         student = Student(model, cfg.loss, cfg.jsd_beta, cfg.loss_chunk_mb * 2**20)
     if use_compile(cfg, accelerator):

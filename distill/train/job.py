@@ -17,7 +17,7 @@ from pathlib import Path
 
 from decode import cli
 from decode.models.targets import load_target, load_tokenizer
-from distill.train import batches, loop, proxy
+from distill.train import batches, loop, memory_fit, parallel_batches, proxy
 from distill.train.build import FIT_EXAMPLES, build_model, draft_line, head_features
 from distill.train.config import TrainConfig, data_workers, lr_at, peak_lr
 from distill.train.data import batch_order, load_data, make_examples
@@ -55,6 +55,11 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     tok = load_tokenizer(cfg.target)  # the target's weights: only what build_model and the spec eval need
     data = load_data(cfg, tok)
 
+    # --- examples cut to --max-seq-len, and a check that a step on the longest micro-batch fits the device's
+    # memory (memory_fit.py: an estimate from the draft's shape), before any model is built
+    train_ex, eval_ex = make_examples(cfg, data)
+    memory_fit.check(cfg, train_ex, accelerator)
+
     # --- model: the draft from its design (designs.py), then LoRA-wrapped, or partly frozen with the copy
     # circuit's structural zeros kept by gradient masks
     draft = build_model(cfg, tok, data, accelerator)
@@ -65,9 +70,8 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     spec_target = (load_target(cfg.target, "float32", str(accelerator.device))[0]
                    if cfg.spec_eval_prompts > 0 and main_proc else None)
 
-    # --- batches: examples cut to --max-seq-len; a step's micro-batches are a function of (seed, step), so a
-    # resumed run sees the same data without saving a sampler
-    train_ex, eval_ex = make_examples(cfg, data)
+    # --- batches: a step's micro-batches are a function of (seed, step), so a resumed run sees the same data
+    # without saving a sampler
     order = batch_order(cfg, train_ex)
     online = head_features(cfg, accelerator, draft, train_ex, eval_ex, log) if cfg.design == "feature_head" else None
 
@@ -86,8 +90,11 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     held = proxy.HeldOut(eval_ex, cfg.batch_size, draft.vocab, draft.calib_seqs, spec_target, tok,
                          cfg.spec_eval_prompts, cfg.spec_eval_gamma, online, fit)
 
-    run_steps(run, held, state, step, batches.StepBatches(train_ex, order, draft.vocab, step, cfg.max_steps,
-              cfg.grad_accum, world, accelerator.process_index, map_inputs=cfg.design == "standalone"), log)
+    # a parallel draft's examples are packed with mask levels (distill/train/parallel_batches.py)
+    packed = dict(block=cfg.parallel, keep=cfg.parallel_keep, mask=draft.card.get("mask_token_id"), seed=cfg.seed)
+    kind, extra = (parallel_batches.StepBatches, packed) if cfg.parallel else (batches.StepBatches, {})
+    run_steps(run, held, state, step, kind(train_ex, order, draft.vocab, step, cfg.max_steps, cfg.grad_accum, world,
+                                           accelerator.process_index, map_inputs=cfg.design == "standalone", **extra), log)
     return run_dir
 
 

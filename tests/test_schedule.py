@@ -1,0 +1,154 @@
+"""The adaptive schedule (decode/drafting/schedule.py) in a simulated world whose costs and acceptance are known:
+it must end near the best constant γ's rate where drafting pays, and near the target alone's where it does not.
+Time is the simulation's own clock, so nothing here depends on the machine's speed."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from decode.drafting.schedule import EXPLORE, Schedule, tau
+
+
+class World:
+    """A round of g drafts costs t1 (g c + v(g)) seconds, v(g) = 1 + slope g (v(0) = 1: the target alone); each
+    draft token is accepted with probability alpha until the first rejection."""
+
+    def __init__(self, alpha: float, c: float, slope: float, seed: int = 0):
+        self.alpha, self.c, self.slope, self.now = alpha, c, slope, 0.0
+        self.rng = random.Random(seed)
+
+    def clock(self) -> float:
+        return self.now
+
+    def run(self, g: int) -> tuple[int, int]:
+        self.now += g * self.c + 1 + self.slope * g
+        n = 0
+        while n < g and self.rng.random() < self.alpha:
+            n += 1
+        return n, n + 1
+
+    def rate(self, g: int) -> float:
+        return tau(self.alpha, g) / (g * self.c + 1 + self.slope * g)
+
+
+def simulate(world: World, kind: str, gamma: int, rounds: int = 4000) -> float:
+    """Tokens a second over `rounds` rounds of the schedule in the world."""
+    sched = Schedule(kind, gamma, clock=world.clock)
+    sched.start()
+    tokens = 0
+    for _ in range(rounds):
+        g = sched.gamma
+        n, emitted = world.run(g)
+        tokens += emitted
+        sched.update(g, n)
+    return tokens / world.now
+
+
+@pytest.mark.parametrize("alpha,c,slope", [(0.8, 0.05, 0.05), (0.6, 0.03, 0.1), (0.9, 0.1, 0.02), (0.4, 0.05, 0.05)])
+def test_adaptive_ends_near_the_best_constant_gamma_where_drafting_pays(alpha, c, slope):
+    world = World(alpha, c, slope)
+    best = max(world.rate(g) for g in range(0, 9))
+    assert best > world.rate(0) * 1.05  # drafting pays here
+    got = simulate(world, "adaptive", 8)
+    assert got >= 0.97 * best, (got, best)
+
+
+@pytest.mark.parametrize("alpha,c", [(0.0, 0.05), (0.05, 0.1), (0.2, 0.3)])
+def test_adaptive_is_never_much_slower_than_the_target_alone(alpha, c):
+    world = World(alpha, c, 0.05)
+    assert max(world.rate(g) for g in range(1, 9)) < world.rate(0)  # drafting never pays here
+    got = simulate(world, "adaptive", 4)
+    assert got >= 0.98 * world.rate(0), got
+    assert simulate(World(alpha, c, 0.05), "constant", 4) < 0.9 * world.rate(0)  # what a fixed γ would cost
+
+
+def test_adaptive_follows_a_draft_that_stops_paying_and_starts_again():
+    world = World(0.85, 0.05, 0.05)
+    sched = Schedule("adaptive", 6, clock=world.clock)
+    sched.start()
+    chosen = []
+    for phase_alpha in (0.85, 0.0, 0.85):
+        world.alpha = phase_alpha
+        phase = []
+        for _ in range(600):
+            g = sched.gamma
+            n, _ = world.run(g)
+            sched.update(g, n)
+            phase.append(g)
+        chosen.append(phase[-200:])
+    assert min(chosen[0]) >= 0 and sum(chosen[0]) / 200 > 2  # drafting
+    assert sum(g == 0 for g in chosen[1]) > 200 * (1 - 2 / EXPLORE)  # the target alone but for the probes
+    assert sum(chosen[2]) / 200 > 2  # drafting again after a probe
+
+
+def test_the_other_schedules_are_unchanged():
+    s = Schedule("heuristic", 4)
+    s.update(4, 4)
+    assert s.gamma == 6 and s.max_gamma == 16
+    s.update(6, 1)
+    assert s.gamma == 5
+    assert Schedule("constant", 4).gamma == 4 and Schedule("dynamic", 4, 0.3).confidence == 0.3
+    assert Schedule("adaptive", 0).gamma == 0  # no draft: the target alone
+
+
+def test_a_tree_arm_is_rated_by_what_it_emits():
+    now = [0.0]
+    sched = Schedule("adaptive", 5, tree=True, clock=lambda: now[0])
+    sched.start()
+    for _ in range(200):
+        g = sched.gamma
+        assert g in (0, 5)
+        now[0] += 1.3 if g else 1.0
+        sched.update(g, 2 if g else 0, 3 if g else 1)  # the tree emits 3 a round at 1.3x the cost
+    assert sched.adaptive.best == 5
+
+
+def _decode_on_a_clock(monkeypatch, target, draft, prompt, options, per_draft: float):
+    """generate() with the adaptive schedule on a clock where a round of γ drafts costs 1 + per_draft γ seconds
+    -> (output, the γ asked before each round)."""
+    from decode import generate
+    from decode.drafting import schedule
+
+    now, asked = [0.0], []
+    real_next, real_init = schedule.Adaptive._next, schedule.Adaptive.__init__
+
+    def clock():  # each call ends the round just run
+        now[0] += 1.0 + per_draft * (asked[-1] if asked else 0)
+        return now[0]
+
+    def recording(self):
+        real_next(self)
+        asked.append(self.asked)
+
+    def on_clock(self, gamma, tree=False, clock_=None):
+        real_init(self, gamma, tree, clock)
+
+    with monkeypatch.context() as m:
+        m.setattr(schedule.Adaptive, "_next", recording)
+        m.setattr(schedule.Adaptive, "__init__", on_clock)
+        out, _ = generate(target, draft, prompt, 120, options)
+    return out, asked
+
+
+@pytest.mark.parametrize("tree_nodes", [0, 4])
+def test_the_decoder_under_the_adaptive_schedule_keeps_the_targets_output(tiny_llama, noisy_copy, monkeypatch,
+                                                                           tree_nodes):
+    """γ is chosen before each round, so any choice keeps the greedy output the target's own. Clocks stand in for
+    the machine: where drafted rounds cost little the schedule drafts, where they cost much it settles on γ = 0
+    (the target alone) but for its probes, and the output holds either way."""
+    import torch
+
+    from decode import DecodeOptions, generate
+
+    target = tiny_llama(31, layers=2, hidden=64)
+    draft = noisy_copy(target, 3, scale=0.02)
+    prompt = torch.randint(0, 97, (40,), generator=torch.Generator().manual_seed(31)).tolist()
+    alone, _ = generate(target, None, prompt, 120)
+    options = DecodeOptions(gamma=4, schedule="adaptive", tree_nodes=tree_nodes)
+    for per_draft, drafting in ((0.05, True), (2.0, False)):
+        out, asked = _decode_on_a_clock(monkeypatch, target, draft, prompt, options, per_draft)
+        assert out == alone, per_draft
+        zeros = asked[-12:].count(0)
+        assert (zeros <= 2) if drafting else (zeros >= 10), (per_draft, asked)
