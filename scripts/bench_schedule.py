@@ -6,6 +6,7 @@ ratios between our own schedules are the result.
 
     python scripts/bench_schedule.py --draft RUN/draft --prompts heldout --limit 24 --max-new-tokens 64 \
         --gammas 1 2 3 4 --schedules adaptive --lookup 2 --out runs/schedules-heldout.json
+    python scripts/bench_schedule.py --draft RUN/draft --prompts long-heldout --min-tokens 4096 --hf ...  # 4K-8K only
 
 --prompts takes the bundled sets by name (heldout, long-heldout, ood) or a JSONL file.
 """
@@ -33,9 +34,12 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=24, help="N prompts, taken in turn from each category (0 = all)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 3, 4], help="constant γ values to time")
-    p.add_argument("--schedules", nargs="+", default=["adaptive"], help="other schedules, each at max(--gammas)")
+    p.add_argument("--schedules", nargs="*", default=["adaptive"], help="other schedules, each at max(--gammas) (none: give the flag alone)")
     p.add_argument("--lookup", type=int, default=0, help="context lookup for every run (the pipeline ships 2)")
     p.add_argument("--draft-weights", default="int8")
+    p.add_argument("--min-tokens", type=int, default=0, help="only prompts of at least this many tokens (a bucket)")
+    p.add_argument("--hf", action="store_true", help="also time transformers' generate (the target alone) and its "
+                   "assisted generation at the first constant γ: the anchors, on the same prompts")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
@@ -51,11 +55,24 @@ def main(argv=None) -> None:
     cfgs = [BenchConfig(gamma=g, **common) for g in a.gammas]
     cfgs += [BenchConfig(gamma=max(a.gammas), schedule=s, **common) for s in a.schedules]
     encoded = encode_all(rows, tok, a.max_new_tokens, target.config.max_position_embeddings)
-    results = measure_many(target, tok, [(draft, c, False) for c in cfgs], rows, encoded,
-                           log=lambda m: print(m, file=sys.stderr))
+    kept = [i for i, ids in enumerate(encoded) if len(ids) >= a.min_tokens]
+    if not kept:
+        sys.exit(f"error: no prompt of {a.prompts} has {a.min_tokens} tokens or more; lower --min-tokens")
+    rows, encoded = [rows[i] for i in kept], [encoded[i] for i in kept]
+    runs = [(draft, c, a.hf and i == 0) for i, c in enumerate(cfgs)]
+    results = measure_many(target, tok, runs, rows, encoded, log=lambda m: print(m, file=sys.stderr))
+    if a.out:  # first: a print below must not lose a long run
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
     buckets = list(results[0]["per_context"])
-    print(f"{len(rows)} prompts of {a.prompts}, {a.max_new_tokens} new tokens, draft {a.draft}, lookup {a.lookup}; "
-          f"target alone {results[0]['baseline']['tokens_per_s']} tok/s")
+    lengths = sorted(len(ids) for ids in encoded)
+    print(f"{len(rows)} prompts of {a.prompts} ({lengths[0]}-{lengths[-1]} tokens), {a.max_new_tokens} new tokens, "
+          f"draft {a.draft}, lookup {a.lookup}; target alone {results[0]['baseline']['tokens_per_s']} tok/s")
+    if results[0].get("hf_generate"):
+        hf, assisted = results[0]["hf_generate"]["tokens_per_s"], results[0].get("hf_assisted")
+        print(f"transformers' generate (target alone): {hf} tok/s; ours {results[0]['baseline']['tokens_per_s'] / hf:.2f}x "
+              "that; transformers' assisted at γ " + (f"{results[0]['gamma']}: {assisted['tokens_per_s']} tok/s" if assisted
+                                                      else f"skipped: {results[0]['hf_assisted_skipped']}"))
     print("| schedule | γ | α | τ | speedup | " + " | ".join(f"speedup {b}" for b in buckets) + " |")
     print("|---|---|---|---|---|" + "---|" * len(buckets))
     for r in results:
@@ -68,9 +85,6 @@ def main(argv=None) -> None:
         if r["schedule"] != "constant":
             print(f"{r['schedule']}: {r['speedup'] / best['speedup']:.3f} of the best constant γ ({best['gamma']}), "
                   f"{r['speedup']:.3f}x the target alone")
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
