@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 def _save(seed: int, tok, folder, layers: int = 2) -> str:
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256,  # head_dim 32: vLLM CPU
                                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                                          max_position_embeddings=512, initializer_range=0.3, tie_word_embeddings=True,
                                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
