@@ -264,6 +264,25 @@ def chi2_test():
 # --- a tiny target with the real default tokenizer, and data collected from it (distill tests) -----------------
 
 
+def save_tiny_default_target(folder, tok, max_positions: int = 512):
+    """Save a random LlamaForCausalLM (4 layers x 64 wide, tied head, seed 0) with the default tokenizer `tok` to
+    `folder` -> folder. initializer_range 0.3: peaked next-token distributions, greedy outputs not decided by
+    near-ties."""
+    from transformers import GenerationConfig
+
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+                         tie_word_embeddings=True, initializer_range=0.3, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                                               pad_token_id=tok.pad_token_id)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_collected(tmp_path_factory):
     """A saved random LlamaForCausalLM (4 layers x 64 wide, the default tokenizer's 49,152 vocabulary, tied head)
@@ -273,35 +292,12 @@ def tiny_collected(tmp_path_factory):
     """
     import json
 
-    from transformers import GenerationConfig
-
     from decode.models.targets import load_tokenizer
     from distill.collect import CollectConfig, run
 
     root = tmp_path_factory.mktemp("tiny_collected")
     tok = load_tokenizer("default")
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        initializer_range=0.3,  # peaked next-token distributions: greedy outputs not decided by near-ties
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config = GenerationConfig(
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
-    )
-    target = root / "target"
-    model.save_pretrained(target)
-    tok.save_pretrained(target)
+    target = save_tiny_default_target(root / "target", tok)
 
     topics = [
         "the sea",

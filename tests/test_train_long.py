@@ -14,6 +14,7 @@ import torch
 from decode import cli
 from decode.errors import UserError
 from distill.train import TrainConfig, job, memory_fit, train
+from tests.conftest import save_tiny_default_target
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -24,23 +25,12 @@ LONG, N_NEW = 8192, 8  # positions of the target; response tokens collected
 def long_collected(tmp_path_factory):
     """A saved random llama (4 layers x 64, the default tokenizer, 8,192 positions) and data collected from it: one
     prompt of ~8,180 tokens and one short, each answered with 8 tokens (top-8), and a short held-out prompt."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
     from decode.models.targets import load_tokenizer
     from distill.collect import CollectConfig, run
 
     root = tmp_path_factory.mktemp("long_collected")
     tok = load_tokenizer("default")
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=LONG,
-                         tie_word_embeddings=True, initializer_range=0.3, bos_token_id=tok.bos_token_id,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                                               pad_token_id=tok.pad_token_id)
-    model.save_pretrained(root / "target")
-    tok.save_pretrained(root / "target")
+    save_tiny_default_target(root / "target", tok, LONG)
     ids = tok(" ".join(f"w{i % 500}" for i in range(2300))).input_ids[: LONG - N_NEW - 4]
     long_prompt = tok.decode(ids)
     rows = {"data": [{"id": "long", "category": "chat", "prompt": long_prompt},
