@@ -115,7 +115,8 @@ def steps(out: Path, shape: str) -> list[tuple[str, list[str], dict]]:
     zero2 = [py, "-m", "accelerate.commands.launch", "-q", "--config_file", "configs/accelerate/zero2.yaml",
              "--num_processes", "1", *(["--mixed_precision", "no"] if cpu else []), *speed("standalone", "zero2")]
     bench = [py, "-m", "decode.bench", "--target", target, "--load-format", "dummy", "--prompts", str(HELDOUT),
-             "--draft", "layers:0,1", "--no-hf-assisted", "--hf-static", "false", *BENCH[shape],
+             "--draft", "layers:0,1", "--schedule", "constant", "--no-hf-assisted", "--hf-static", "false",
+             *BENCH[shape],
              "--out", str(out / "decoder.json")]
     pipeline = [py, "-m", "distill.pipeline", "--config", "configs/pipeline/default.yaml", "--preset", "quick",
                 "--target", target, "--load-format", "dummy", "--output", str(run), *PIPELINE]

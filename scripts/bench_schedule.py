@@ -7,6 +7,7 @@ ratios between our own schedules are the result.
     python scripts/bench_schedule.py --draft RUN/draft --prompts heldout --limit 24 --max-new-tokens 64 \
         --gammas 1 2 3 4 --schedules adaptive --lookup 2 --out runs/schedules-heldout.json
     python scripts/bench_schedule.py --draft RUN/draft --prompts long-heldout --min-tokens 4096 --hf ...  # 4K-8K only
+    python scripts/bench_schedule.py --draft RUN/draft LONG_RUN/draft ...  # two drafts on one baseline
 
 --prompts takes the bundled sets by name (heldout, long-heldout, ood) or a JSONL file.
 """
@@ -29,7 +30,8 @@ from distill.prompts import load_prompts
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="default")
-    p.add_argument("--draft", required=True, help="a draft folder (or anything --draft takes)")
+    p.add_argument("--draft", required=True, nargs="+", help="a draft folder (or anything --draft takes); several are "
+                   "timed in the same run, each at every γ and schedule")
     p.add_argument("--prompts", default="heldout")
     p.add_argument("--limit", type=int, default=24, help="N prompts, taken in turn from each category (0 = all)")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -49,17 +51,19 @@ def main(argv=None) -> None:
     torch.manual_seed(0)
     rows = load_prompts(a.prompts, limit=a.limit, spread=True)
     target, tok = load_target(a.target, "auto", "auto")
-    draft = load_draft(a.draft, target, tok, device=str(target.device))
-    common = dict(target=a.target, draft=a.draft, prompts=a.prompts, max_new_tokens=a.max_new_tokens,
-                  lookup=a.lookup, draft_weights=a.draft_weights, hf_assisted=False)
-    cfgs = [BenchConfig(gamma=g, **common) for g in a.gammas]
-    cfgs += [BenchConfig(gamma=max(a.gammas), schedule=s, **common) for s in a.schedules]
+    runs = []
+    for name in a.draft:
+        draft = load_draft(name, target, tok, device=str(target.device))
+        common = dict(target=a.target, draft=name, prompts=a.prompts, max_new_tokens=a.max_new_tokens,
+                      lookup=a.lookup, draft_weights=a.draft_weights, hf_assisted=False)
+        cfgs = [BenchConfig(gamma=g, schedule="constant", **common) for g in a.gammas]
+        cfgs += [BenchConfig(gamma=max(a.gammas), schedule=s, **common) for s in a.schedules]
+        runs += [(draft, c, a.hf and not runs and i == 0) for i, c in enumerate(cfgs)]
     encoded = encode_all(rows, tok, a.max_new_tokens, target.config.max_position_embeddings)
     kept = [i for i, ids in enumerate(encoded) if len(ids) >= a.min_tokens]
     if not kept:
         sys.exit(f"error: no prompt of {a.prompts} has {a.min_tokens} tokens or more; lower --min-tokens")
     rows, encoded = [rows[i] for i in kept], [encoded[i] for i in kept]
-    runs = [(draft, c, a.hf and i == 0) for i, c in enumerate(cfgs)]
     results = measure_many(target, tok, runs, rows, encoded, log=lambda m: print(m, file=sys.stderr))
     if a.out:  # first: a print below must not lose a long run
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -67,24 +71,51 @@ def main(argv=None) -> None:
     buckets = list(results[0]["per_context"])
     lengths = sorted(len(ids) for ids in encoded)
     print(f"{len(rows)} prompts of {a.prompts} ({lengths[0]}-{lengths[-1]} tokens), {a.max_new_tokens} new tokens, "
-          f"draft {a.draft}, lookup {a.lookup}; target alone {results[0]['baseline']['tokens_per_s']} tok/s")
+          f"lookup {a.lookup}; target alone {results[0]['baseline']['tokens_per_s']} tok/s")
     if results[0].get("hf_generate"):
-        hf, assisted = results[0]["hf_generate"]["tokens_per_s"], results[0].get("hf_assisted")
-        print(f"transformers' generate (target alone): {hf} tok/s; ours {results[0]['baseline']['tokens_per_s'] / hf:.2f}x "
-              "that; transformers' assisted at γ " + (f"{results[0]['gamma']}: {assisted['tokens_per_s']} tok/s" if assisted
-                                                      else f"skipped: {results[0]['hf_assisted_skipped']}"))
-    print("| schedule | γ | α | τ | speedup | " + " | ".join(f"speedup {b}" for b in buckets) + " |")
-    print("|---|---|---|---|---|" + "---|" * len(buckets))
+        _print_anchor(results[0])
+    _print_table(results, buckets)
+
+
+def _print_table(results: list[dict], buckets: list[str]) -> None:
+    """One row per draft x schedule x γ: α, τ, speedup overall and by bucket, end to end and after the first token
+    (decode: the prompt's forward left out, the draft's own prefill of it kept in); then each schedule against the
+    best constant γ of its draft."""
+    print("| draft | schedule | γ | α | τ | speedup | speedup after the first token | "
+          + " | ".join(f"α {b} | speedup {b} | after 1st {b}" for b in buckets) + " |")
+    print("|---|---|---|---|---|---|---|" + "---|---|---|" * len(buckets))
     for r in results:
-        s = r["speculative"]
-        by = " | ".join(f"{r['per_context'][b]['speedup']:.3f}x" for b in buckets)
-        print(f"| {r['schedule']} | {r['gamma']} | {s['acceptance_rate']:.3f} | {s['tau']:.2f} | {r['speedup']:.3f}x "
-              f"| {by} |")
-    best = max((r for r in results if r["schedule"] == "constant"), key=lambda r: r["speedup"])
-    for r in results:
-        if r["schedule"] != "constant":
-            print(f"{r['schedule']}: {r['speedup'] / best['speedup']:.3f} of the best constant γ ({best['gamma']}), "
-                  f"{r['speedup']:.3f}x the target alone")
+        s, b = r["speculative"], r["baseline"]
+        ctx = r["per_context"]
+        by = " | ".join(f"{ctx[k]['acceptance_rate']:.3f} | {ctx[k]['speedup']:.3f}x | "
+                        f"{_ratio(ctx[k]['speculative_decode_tokens_per_s'], ctx[k]['baseline_decode_tokens_per_s'])}"
+                        for k in buckets)
+        print(f"| {r['draft']} | {r['schedule']} | {r['gamma']} | {s['acceptance_rate']:.3f} | {s['tau']:.2f} | "
+              f"{r['speedup']:.3f}x | {_ratio(s['decode_tokens_per_s'], b['decode_tokens_per_s'])} | {by} |")
+    for draft in dict.fromkeys(r["draft"] for r in results):
+        mine = [r for r in results if r["draft"] == draft]
+        best = max((r for r in mine if r["schedule"] == "constant"), key=lambda r: r["speedup"])
+        for r in mine:
+            if r["schedule"] != "constant":
+                print(f"{draft} {r['schedule']}: {r['speedup'] / best['speedup']:.3f} of the best constant γ "
+                      f"({best['gamma']}), {r['speedup']:.3f}x the target alone")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3f}x" if b else "-"
+
+
+def _print_anchor(r: dict) -> None:
+    """The target alone, ours against transformers' generate: end to end, after the first token (the decoding rate
+    at the prompt's length) and the prompt's forward (the time to the first token), all in the same run."""
+    hf, ours, assisted = r["hf_generate"], r["baseline"], r.get("hf_assisted")
+    print(f"target alone, ours against transformers' generate: {ours['tokens_per_s']} vs {hf['tokens_per_s']} tok/s end "
+          f"to end ({ours['tokens_per_s'] / hf['tokens_per_s']:.2f}x); after the first token "
+          f"{ours['decode_tokens_per_s']} vs {hf['decode_tokens_per_s']} tok/s "
+          f"({ours['decode_tokens_per_s'] / hf['decode_tokens_per_s']:.2f}x); to the first token {ours['prefill_seconds']} "
+          f"vs {hf['prefill_seconds']} s in all ({hf['prefill_seconds'] / ours['prefill_seconds']:.2f}x)")
+    print(f"transformers' assisted at γ {r['gamma']}: " + (f"{assisted['tokens_per_s']} tok/s" if assisted
+                                                          else f"skipped: {r['hf_assisted_skipped']}"))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ RESULT_KEYS = set(
 SPEC_KEYS = set(
     "tokens seconds tokens_per_s acceptance_rate tau target_forwards draft_forwards accept_histogram".split()
 )
+BASELINE_KEYS = {"tokens", "seconds", "tokens_per_s", "prefill_seconds", "decode_tokens_per_s"}  # decode: after the 1st token
 PROMPT_IDS = [[3, 4, 5, 6, 7, 8], [10, 11, 12], [40, 41, 42, 43]]
 MAX_NEW = 12
 
@@ -57,7 +58,7 @@ def test_bench_result_schema_and_lossless(tmp_path, tiny_llama, tiny_tokenizer, 
         r["prompts"] == 3 and r["max_new_tokens"] == MAX_NEW and r["gamma"] == 4 and r["dtype"] == "float32"
     )
     assert (
-        set(r["baseline"]) == {"tokens", "seconds", "tokens_per_s"} and SPEC_KEYS <= r["speculative"].keys()
+        set(r["baseline"]) == BASELINE_KEYS and SPEC_KEYS <= r["speculative"].keys()
     )
     assert r["lossless"] is True and (r["lossless_rule"], r["epsilon"], r["excused_divergences"]) == ("exact", 0.0, 0)
     assert r["hf_generate"]["tokens"] == r["baseline"]["tokens"]  # transformers' own target alone: the same outputs

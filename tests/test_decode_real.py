@@ -98,7 +98,7 @@ def test_bench_end_to_end_json(tmp_path):
     assert result["target"] == "default" and result["draft"] == "layers:0,1,28,29"
     assert result["prompts"] == 2 and result["max_new_tokens"] == 8 and result["gamma"] == 4
     assert result["schedule"] == "constant" and result["temperature"] == 0.0 and result["dtype"] == "float32"
-    assert set(result["baseline"]) == {"tokens", "seconds", "tokens_per_s"}
+    assert set(result["baseline"]) == {"tokens", "seconds", "tokens_per_s", "prefill_seconds", "decode_tokens_per_s"}
     spec = result["speculative"]
     want = "tokens seconds tokens_per_s acceptance_rate tau target_forwards draft_forwards accept_histogram"
     assert set(want.split()) <= spec.keys()

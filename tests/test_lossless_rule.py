@@ -113,7 +113,8 @@ def test_bf16_target_as_its_own_draft_is_lossless_under_the_numeric_rule(tmp_pat
     assert r["epsilon"] > 0 and r["divergences"] == [] and r["unchecked_tokens"] == 0
     assert r["excused_divergences"] == len(r["excused_margins"]) and all(m <= r["epsilon"] for m in r["excused_margins"])
     assert r["speculative"]["acceptance_rate"] > 0.9  # the target drafting for itself: only near-ties are rejected
-    assert set(r["hf_generate"]) == {"tokens", "seconds", "tokens_per_s", "outputs_matching_ours"} and r["hf_generate"]["tokens"] == 5 * MAX_NEW
+    assert set(r["hf_generate"]) == {"tokens", "seconds", "tokens_per_s", "prefill_seconds", "decode_tokens_per_s",
+                                     "outputs_matching_ours"} and r["hf_generate"]["tokens"] == 5 * MAX_NEW
     assert r["hf_assisted"]["lossless"] is True
     assert "lossless True (numeric: " in bench.summary(r) and "transformers generate" in bench.summary(r)
 

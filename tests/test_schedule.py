@@ -152,3 +152,23 @@ def test_the_decoder_under_the_adaptive_schedule_keeps_the_targets_output(tiny_l
         assert out == alone, per_draft
         zeros = asked[-12:].count(0)
         assert (zeros <= 2) if drafting else (zeros >= 10), (per_draft, asked)
+
+
+def test_a_generation_resumes_from_the_last_ones_estimates(tiny_llama, noisy_copy, monkeypatch):
+    """The second generation with the same target, draft and options starts from the first's estimates: it does not
+    time the target alone again before its first probe; another draft, or other options, start afresh."""
+    import torch
+
+    from decode import DecodeOptions
+
+    target = tiny_llama(32, layers=2, hidden=64)
+    draft, other = noisy_copy(target, 3, scale=0.02), noisy_copy(target, 4, scale=0.02)
+    prompt = torch.randint(0, 97, (40,), generator=torch.Generator().manual_seed(32)).tolist()
+    options = DecodeOptions(gamma=4, schedule="adaptive")
+    _, first = _decode_on_a_clock(monkeypatch, target, draft, prompt, options, 0.05)
+    _, again = _decode_on_a_clock(monkeypatch, target, draft, prompt, options, 0.05)
+    _, fresh = _decode_on_a_clock(monkeypatch, target, other, prompt, options, 0.05)
+    _, changed = _decode_on_a_clock(monkeypatch, target, draft, prompt, DecodeOptions(gamma=3, schedule="adaptive"),
+                                    0.05)
+    assert first[0] == 0 and fresh[0] == 0 and changed[0] == 0  # the target alone timed first: nothing carried
+    assert 0 not in again[:EXPLORE - 1] and again[0] == first[-1]  # the last generation's best arm, at once

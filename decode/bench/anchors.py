@@ -14,13 +14,15 @@ from decode.options import DecodeOptions
 
 
 def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: int, eos: tuple[int, ...], draft=None,
-                cfg: DecodeOptions | None = None, static: bool = False, tokenizers=None) -> tuple[list[int], float]:
+                cfg: DecodeOptions | None = None, static: bool = False, tokenizers=None,
+                timings: dict | None = None) -> tuple[list[int], float]:
     """transformers' plain `generate` (draft None), or its assisted generation at cfg's γ and schedule, on a fresh
     copy of the assistant's generation config before every call (decode.models.draft_folder.assistant_config says why):
     (at most n new tokens, seconds). static: a static KV cache, which on a GPU makes transformers compile its
     decoding step (torch.compile, CUDA graphs): the strongest `generate` a user sets up with one argument.
     tokenizers: (target's, draft's) for a draft with its own tokenizer: universal assisted generation (greedy: the
-    draft's text re-tokenized; sampling: UAG-TLI over the vocabularies' intersection, on a copy of the draft)."""
+    draft's text re-tokenized; sampling: UAG-TLI over the vocabularies' intersection, on a copy of the draft).
+    timings: a dict that gets "first_token_s", the seconds to the first new token (plain generate only)."""
     kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=n,
                   # stop where our decoder stops (none at all: transformers fails on an empty list)
                   eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else None)
@@ -37,12 +39,33 @@ def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: 
         kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p)
     x = torch.tensor([ids], device=target.device)
     torch.manual_seed(seed)
+    if timings is not None and draft is None:
+        kwargs["streamer"] = _FirstToken(timings)
     t0 = time.perf_counter()
     with torch.inference_mode():
         y = target.generate(x, attention_mask=torch.ones_like(x), **kwargs)
     if target.device.type == "cuda":
         torch.cuda.synchronize()
-    return y[0, len(ids):].tolist(), time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    if timings is not None and "first_token_at" in timings:
+        timings["first_token_s"] = timings.pop("first_token_at") - t0
+    return y[0, len(ids):].tolist(), seconds
+
+
+class _FirstToken:
+    """A transformers streamer that notes when the first new token comes: generate() puts the prompt first, then
+    each new token (already on the host: transformers reads it there to stop at EOS, so this adds no wait)."""
+
+    def __init__(self, timings: dict):
+        self.timings, self.puts = timings, 0
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.timings["first_token_at"] = time.perf_counter()
+
+    def end(self) -> None:
+        pass
 
 
 def tli_assistant(draft):

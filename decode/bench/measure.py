@@ -14,7 +14,7 @@ from decode.bench.anchors import hf_generate
 from decode.bench.config import BenchConfig, draft_kind, hf_skip_reason
 from decode.bench.results import context_bucket, rate, result_entry
 from decode.drafting import lossless
-from decode.drafting.speculative import Stats, generate
+from decode.drafting.speculative import Stats, decode_rate, generate
 from decode.models.targets import (
     eos_ids,
 )
@@ -87,9 +87,12 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
         base_cat[row["category"]] += s0
         base_cat[context_bucket(len(ids))] += s0
         if hf_anchor:
-            ref_hf, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos)
+            timings = {}
+            ref_hf, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, timings=timings)
             hf_gen["tokens"] += len(ref_hf)
             hf_gen["seconds"] += secs
+            hf_gen["calls"] = hf_gen.get("calls", 0) + 1
+            hf_gen["first_seconds"] = hf_gen.get("first_seconds", 0.0) + timings.get("first_token_s", secs)
             hf_gen["same"] = hf_gen.get("same", 0) + (ref_hf == ref)  # the two decoders' target alone agree
         if hf_static:
             y, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, static=True)
@@ -217,8 +220,11 @@ def uag(draft) -> tuple | None:
 
 
 def _row(gen: dict) -> dict:
-    return {"tokens": gen["tokens"], "seconds": round(gen["seconds"], 4), "tokens_per_s": rate(gen["tokens"],
-                                                                                               gen["seconds"])}
+    row = {"tokens": gen["tokens"], "seconds": round(gen["seconds"], 4), "tokens_per_s": rate(gen["tokens"], gen["seconds"])}
+    if "first_seconds" in gen:  # the plain generate anchor: the rate after the first token too (Stats.as_dict's)
+        row["prefill_seconds"] = round(gen["first_seconds"], 4)
+        row["decode_tokens_per_s"] = decode_rate(gen["tokens"], gen["calls"], gen["seconds"], gen["first_seconds"])
+    return row
 
 
 SMALL_RUN_TOKENS, SMALL_RUN_REPEATS = 256, 4  # a run timing fewer tokens times its cost-model steps fewer times

@@ -52,7 +52,7 @@ def result_entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prom
         "lookup_tokens": cfg.lookup_tokens,
         "tree_nodes": cfg.tree_nodes,
         "draft_weights": cfg.draft_weights,
-        "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s")},
+        "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s", "prefill_seconds", "decode_tokens_per_s")},
         "hf_generate": hf_rows.get("hf_generate"),  # transformers' target alone: the anchor, hf_assisted's reference
         "hf_generate_static": hf_rows.get("hf_generate_static"),  # the same with a static cache, compiled (GPU only)
         "speculative": s,
@@ -91,6 +91,8 @@ def _per_category(a: dict, base_cat: dict, keep) -> dict:
             "baseline_tokens_per_s": base_cat[name].as_dict()["tokens_per_s"],
             "speculative_tokens_per_s": c.as_dict()["tokens_per_s"],
             "speedup": round(c.as_dict()["tokens_per_s"] / base_cat[name].as_dict()["tokens_per_s"], 4),
+            "baseline_decode_tokens_per_s": base_cat[name].as_dict()["decode_tokens_per_s"],
+            "speculative_decode_tokens_per_s": c.as_dict()["decode_tokens_per_s"],
         }
         for name, c in sorted(a["cat"].items()) if keep(name)
     }
@@ -219,7 +221,8 @@ def _device_name(device: str) -> str:
 def summary(r: dict) -> str:
     """The result's headline numbers in one line (the JSON, last on stdout, holds everything)."""
     s, hf = r["speculative"], r["hf_assisted"]
-    text = (f"γ={r['gamma']}: α {s['acceptance_rate']:.3f}, τ {s['tau']:.2f}, lossless {lossless.describe(r)}; "
+    gamma = f"γ={r['gamma']}" if r["schedule"] == "constant" else f"γ≤{r['gamma']} ({r['schedule']})"
+    text = (f"{gamma}: α {s['acceptance_rate']:.3f}, τ {s['tau']:.2f}, lossless {lossless.describe(r)}; "
             f"tokens/s: target alone {r['baseline']['tokens_per_s']:.1f}, speculative {s['tokens_per_s']:.1f}")
     if r.get("hf_generate"):
         text += f", transformers generate {r['hf_generate']['tokens_per_s']:.1f}"

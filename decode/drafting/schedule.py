@@ -18,11 +18,14 @@ accepted tokens over accepted tokens + rejections, both moving averages. A token
 rate is its own emitted tokens a round over t_g. Each round takes the best arm; every EXPLORE rounds one
 neighbour of it (g - 1, g + 1 or 0, in turn) instead, so an arm's time stays current as the context grows and a
 draft that stopped paying is tried again now and then (a probe at γ = 1 costs about one round's difference in 16).
+A generation starts from the estimates the previous one with the same target, draft and options left (Memory):
+a 64-token answer is about 45 rounds, too few to spend on relearning α̂ and every arm's time from the prior.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 
 from decode.options import DEFAULT_CONFIDENCE, check_schedule
 
@@ -47,12 +50,16 @@ class Schedule:
     max_gamma bounds every round's length (the caches are sized by it)."""
 
     def __init__(self, kind: str, gamma: int, confidence: float = DEFAULT_CONFIDENCE, tree: bool = False,
-                 clock=None):
+                 clock=None, carried: Adaptive | None = None):
         check_schedule(kind)
         self.kind, self.max_gamma = kind, (4 * gamma if kind == "heuristic" else gamma)
         self._gamma = gamma
         self.confidence = confidence if kind == "dynamic" else 0.0
-        self.adaptive = Adaptive(gamma, tree, clock) if kind == "adaptive" and gamma > 0 else None
+        self.adaptive = None
+        if kind == "adaptive" and gamma > 0:
+            self.adaptive = Adaptive(gamma, tree, clock)
+            if carried is not None and carried.arms == self.adaptive.arms:
+                self.adaptive.resume(carried)
 
     @property
     def gamma(self) -> int:
@@ -91,6 +98,13 @@ class Adaptive:
 
     def start(self) -> None:
         self.mark = self.clock()
+
+    def resume(self, last: Adaptive) -> None:
+        """Start from another generation's estimates: its round times, α̂ sums and best arm (its clock mark, round
+        count and pending choice stay this generation's)."""
+        self.seconds, self.emitted = dict(last.seconds), dict(last.emitted)
+        self.accepted, self.rejected = last.accepted, last.rejected
+        self.best = self.asked = last.best
 
     def rate(self, g: int) -> float | None:
         """Expected tokens a second of arm g: from its own round time, or for a chain arm not run yet from the line
@@ -145,3 +159,23 @@ class Adaptive:
             r = self.rate(g)
             if r is not None and (current is None or r > current * MARGIN):
                 self.best, current = g, r
+
+
+class Memory:
+    """The adaptive estimates a generation leaves for the next one with the same target runner, draft and options
+    (one process serving many prompts). Keyed by the draft object (held weakly: a freed draft's entry goes with it)
+    and the options that change a round's cost or acceptance."""
+
+    def __init__(self):
+        self._by_draft = weakref.WeakKeyDictionary()  # draft -> {options key: Adaptive}
+        self._no_draft: dict = {}  # context lookup alone
+
+    def _slot(self, draft) -> dict:
+        return self._no_draft if draft is None else self._by_draft.setdefault(draft, {})
+
+    def get(self, draft, key: tuple) -> Adaptive | None:
+        return self._slot(draft).get(key)
+
+    def put(self, draft, key: tuple, schedule: Schedule) -> None:
+        if schedule.adaptive is not None:
+            self._slot(draft)[key] = schedule.adaptive

@@ -32,7 +32,7 @@ from decode.drafting import translate
 from decode.drafting.parallel import ParallelDraft, mask_token
 from decode.drafting.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer
 from decode.drafting.sampling import SamplingParams, logits_to_probs, sample
-from decode.drafting.schedule import Schedule
+from decode.drafting.schedule import Memory, Schedule
 from decode.drafting.tree import keep_rows, rank_counts, verify_mask, walk_greedy, walk_sampled
 from decode.errors import UserError
 from decode.models.draft_folder import VocabMap
@@ -59,6 +59,8 @@ class Stats:
     target_seconds: float = 0.0
     draft_seconds: float = 0.0
     seconds: float = 0.0
+    generations: int = 0  # generate() calls merged here
+    prefill_seconds: float = 0.0  # of `seconds`: from the call to its first token (the prompt's forward)
     accept_histogram: list[int] = field(default_factory=list)  # [k] = rounds that accepted exactly k drafts
     full_rounds: int = 0  # rounds that accepted every proposal
     lookup_rounds: int = 0  # of `rounds`: proposals from context lookup (no draft forward)
@@ -101,8 +103,9 @@ class Stats:
 
     def __iadd__(self, other: Stats) -> Stats:
         for name in ("new_tokens", "rounds", "proposed", "accepted", "target_forwards", "draft_forwards",
-                     "target_seconds", "draft_seconds", "seconds", "full_rounds", "lookup_rounds", "lookup_proposed",
-                     "lookup_accepted", "lookup_full", "tree_rounds", "tree_nodes", "tree_levels", "draft_tokens"):
+                     "target_seconds", "draft_seconds", "seconds", "generations", "prefill_seconds", "full_rounds",
+                     "lookup_rounds", "lookup_proposed", "lookup_accepted", "lookup_full", "tree_rounds", "tree_nodes",
+                     "tree_levels", "draft_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for key, (hit, offered) in other.tree_ranks.items():
             mine = self.tree_ranks.setdefault(key, [0, 0])
@@ -118,6 +121,9 @@ class Stats:
             "tokens": self.new_tokens,
             "seconds": round(self.seconds, 4),
             "tokens_per_s": round(self.new_tokens / self.seconds, 3) if self.seconds else 0.0,
+            # after the first token: the decoding rate at the prompt's length, without its forward (TTFT's share)
+            "prefill_seconds": round(self.prefill_seconds, 4),
+            "decode_tokens_per_s": decode_rate(self.new_tokens, self.generations, self.seconds, self.prefill_seconds),
             "acceptance_rate": round(self.acceptance_rate, 4),
             "tau": round(self.tau, 4),
             "proposed": self.proposed,
@@ -135,6 +141,13 @@ class Stats:
             "lookup": {"rounds": self.lookup_rounds, "proposed": self.lookup_proposed,
                        "accepted": self.lookup_accepted, "full_rounds": self.lookup_full},
         }
+
+
+def decode_rate(tokens: int, calls: int, seconds: float, first_seconds: float) -> float:
+    """Tokens a second after each call's first token: (tokens - calls) over (seconds - first_seconds); 0 when
+    nothing came after a first token."""
+    rest = seconds - first_seconds
+    return round((tokens - calls) / rest, 3) if rest > 0 and tokens > calls else 0.0
 
 
 def verify(target, cache, last: int, proposals: list[int], stats: Stats) -> torch.Tensor:
@@ -257,23 +270,27 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options:
     A draft with its own tokenizer comes as a decode.models.vocab_pair.OtherTokenizerDraft (decode.drafting.translate).
     Returns the new token ids (ending with EOS if one was produced) and the call's Stats.
     """
+    memory = _schedule_memory(target)
     target = runner_for(target)
     _check_call(target, draft, max_new_tokens, options, stop_strings, tokenizer)
     # a feature head drafts from the target's hidden states at its layers: every target forward leaves them
     target.capture = tuple(draft.feature_layers) if isinstance(draft, FeatureHead) else ()
     try:
         return _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids, stop_strings, tokenizer,
-                         vocab_map, generator)
+                         vocab_map, generator, memory)
     finally:
         target.capture, target.features = (), None
 
 
 def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids, stop_strings, tokenizer, vocab_map,
-              generator) -> tuple[list[int], Stats]:
+              generator, memory: Memory) -> tuple[list[int], Stats]:
     sampling, eos, start = options.sampling, set(eos_token_ids), time.perf_counter()
     stats = Stats(clock=Clock(target.device))
+    # the adaptive schedule resumes from the last generation's estimates for this draft and these options
+    key = (options.gamma, options.tree_nodes, options.lookup, options.lookup_tokens, options.draft_weights,
+           sampling.greedy)
     sched = Schedule(options.schedule, options.gamma if draft is not None or options.lookup else 0, options.confidence,
-                     tree=options.tree_nodes > 0)
+                     tree=options.tree_nodes > 0, carried=memory.get(draft, key))
     # room for the longest round: 4γ drafts, or a tree's nodes (verified) and the draft's expanded nodes (at most
     # tree_nodes a level, γ - 1 levels) past the last kept token
     max_len = len(prompt_ids) + max_new_tokens + max(sched.max_gamma, options.tree_nodes * options.gamma) + 2
@@ -284,6 +301,7 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
     stats.clock.stop(t0, stats, "target_seconds")
     stats.target_forwards += 1
     out = [accept([], logits, sampling, None, generator)[1]]
+    stats.generations, stats.prefill_seconds = 1, time.perf_counter() - start
     proposers = _proposers(target, draft, options, sched, VocabMap(vocab_map, logits.shape[-1]), prompt_ids, out[0],
                            max_len, logits.device, generator, stats)
 
@@ -318,7 +336,16 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
 
     stats.new_tokens, stats.seconds = len(out), time.perf_counter() - start
     stats.clock.settle()
+    memory.put(draft, key, sched)
     return out, stats
+
+
+def _schedule_memory(target) -> Memory:
+    """The adaptive schedule's memory, kept on the target object the caller passes (a model or a runner)."""
+    memory = target.__dict__.get("_specdistill_schedules")
+    if memory is None:
+        memory = target.__dict__["_specdistill_schedules"] = Memory()
+    return memory
 
 
 def _check_call(target, draft, max_new_tokens: int, options: DecodeOptions, stop_strings, tokenizer) -> None:

@@ -36,7 +36,10 @@ class EvalConfig:
     draft_weights: str = field(default=DecodeOptions.draft_weights, metadata={"help": "float32 | float16 | int8: drafts run with weights "
                                                                 "stored so on CPU (decode.runners.smallgemm: a cheaper draft step)"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
-    schedule: str = field(default=DecodeOptions.schedule, metadata={"help": "constant | heuristic | dynamic | adaptive"})
+    # constant here, not the decoder's adaptive default: the sweep measures each design at each γ as it is (the
+    # cost model predicts a constant γ)
+    schedule: str = field(default="constant", metadata={"help": "constant (each γ as it is) | heuristic | dynamic | "
+                                                               "adaptive"})
     output: str | None = field(default=None, metadata={"help": "EVAL_DIR (default: RUN/eval or runs/eval)"})
     hf_static: bool = field(default=BenchConfig.hf_static, metadata={"help": "with the hf anchors on a GPU, also "
                             "transformers' generate with a static cache, compiled (its warm-up compiles: minutes)"})

@@ -64,8 +64,9 @@ def check_lossless(
 
     def decode(ids: list[int], n: int, with_draft: bool = True) -> tuple[list[int], None]:
         if bundled:
-            return generate(target, draft if with_draft else None, ids, n, DecodeOptions(gamma=gamma),
-                            eos_token_ids=eos, vocab_map=vm if with_draft else None)[0], None
+            options = DecodeOptions(gamma=gamma, schedule="constant")  # the γ this check states, every round
+            return generate(target, draft if with_draft else None, ids, n, options, eos_token_ids=eos,
+                            vocab_map=vm if with_draft else None)[0], None
         x = torch.tensor([ids], device=target.device)
         y = target.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n, temperature=None,
                             top_p=None, top_k=None, **({"assistant_model": draft} if with_draft else {}))

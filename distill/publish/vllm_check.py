@@ -85,8 +85,9 @@ def our_run(target, tokenizer, draft, vocab_map, prompts: list[list[int]], max_t
     """The bundled decoder on the same prompts: outputs and summed counters (proposed, accepted, rounds)."""
     eos, total = eos_ids(target, tokenizer), {"outputs": [], "proposed": 0, "accepted": 0, "rounds": 0}
     for ids in prompts:
-        out, stats = generate(target, draft, ids, max_tokens, DecodeOptions(gamma=gamma), eos_token_ids=eos,
-                              vocab_map=vocab_map)
+        # constant: α compared with vLLM's at this very γ (the adaptive default would mix γs)
+        out, stats = generate(target, draft, ids, max_tokens, DecodeOptions(gamma=gamma, schedule="constant"),
+                              eos_token_ids=eos, vocab_map=vocab_map)
         total["outputs"].append(out)
         for k in ("proposed", "accepted", "rounds"):
             total[k] += getattr(stats, k)
