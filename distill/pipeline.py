@@ -3,6 +3,7 @@
     python -m distill.pipeline --config configs/pipeline/default.yaml
     python -m distill.pipeline --config configs/pipeline/default.yaml --preset quick     # a first look in minutes
     python -m distill.pipeline --config configs/pipeline/default.yaml --preset best      # more data, longer training
+    python -m distill.pipeline --config configs/pipeline/default.yaml --preset long      # drafts for 1K-8K prompts
 
 A preset's run writes to its own folder, the output + `-PRESET` (runs/pipeline-default-quick here), unless --output
 is given on the command line, so the full run after a quick look starts its own collection. Every stage section
@@ -58,6 +59,9 @@ from distill.train import copy_circuit, parallel
 TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` runs
 
 
+LONG_SEQ = 8192  # the long preset's training length: the default target's positions
+
+
 @dataclass
 class PipelineConfig:
     target: str = field(default="default", metadata={"help": "target model (every stage)"})
@@ -79,7 +83,8 @@ class PipelineConfig:
                                "another tokenizer too) evaluated beside the distilled ones: is training worth it?"})
     accelerate_config: str | None = field(default=None, metadata={"help": "train under `accelerate launch` with this config"})
     preset: str | None = field(default=None, metadata={"help": "quick = a small first look; best = more data and "
-                                                          "steps (80-85 min alone on 2 CPU cores)"})
+                                                          "steps (80-85 min alone on 2 CPU cores); long = long "
+                                                          "prompts (1K-7K tokens) in training and evaluation"})
 
     SECTIONS = ("collect", "heldout", "train", "head", "parallel", "onpolicy", "evaluate")  # merged key by key: YAML < preset < flag (decode.cli)
     PRESETS = {
@@ -100,6 +105,17 @@ class PipelineConfig:
                       "min_lr_ratio": 0.0, "max_steps": 1150, "eval_every": 100, "save_every": 200},
             "head": {"max_steps": 600, "eval_every": 100, "save_every": 200},
             "evaluate": {"limit": 48},
+        },
+        # drafts that keep their acceptance on long prompts (issue 53): the bundled long prompts (1K-7K tokens)
+        # join the short ones in collection, training keeps whole prompts up to the target's 8,192 positions in
+        # token-budget batches (a long example alone, short ones packed together), and the report covers both sets
+        # by context bucket. No feature head: its training-time-test mask grows with the square of the length.
+        "long": {
+            "designs": ["standalone", "parallel"],
+            "collect": {"prompts": "train+long", "batch_size": 8},  # 8 prompts of 7K tokens: ~2.4 GB of KV cache
+            "train": {"max_seq_len": LONG_SEQ, "batch_tokens": LONG_SEQ},
+            "parallel": {"max_seq_len": LONG_SEQ, "batch_tokens": LONG_SEQ},
+            "evaluate": {"prompts": "heldout+long-heldout", "limit": 26},  # 2 of each of the 13 categories
         },
     }
 

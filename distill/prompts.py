@@ -4,6 +4,7 @@ with a column mapping.
     load_prompts("train")                                    # bundled train split (612 prompts)
     load_prompts("long-heldout")                             # bundled 1K-7K-token prompts, held out (distill/data/long)
     load_prompts("ood")                                      # prompts unlike the training set (distill/data/ood)
+    load_prompts("train+long")                               # sets joined with + (short and long examples mixed)
     load_prompts("my.jsonl")                                 # a prompt file (docs/architecture.md)
     load_prompts("data/chats/", columns={"messages": "conversation", "category": "topic"})
     load_prompts("org/dataset", split="train", columns={"prompt": "question"})   # Hub, when reachable
@@ -71,6 +72,9 @@ def load_prompts(spec: str, columns: dict | None = None, split: str = "train",
 
     limit: the first N prompts, or with `spread` N prompts taken in turn from each category (file order within
     one), so a small evaluation still covers every category instead of the file's first one or two."""
+    if "+" in spec and not Path(spec).expanduser().exists():
+        rows = _joined(spec, columns, split, categories)
+        return _take(rows, limit, spread)
     columns = dict(columns or {})
     bad = sorted(set(columns) - set(FIELDS))
     if bad:
@@ -91,12 +95,37 @@ def load_prompts(spec: str, columns: dict | None = None, split: str = "train",
             rows.append(validate_prompt(row, f"{spec} row {i}"))
     if not rows:
         raise UserError(f"{spec}: the prompt set is empty")
-    if categories:
-        have = {r["category"] for r in rows}
-        unknown = sorted(set(categories) - have)
-        if unknown:
-            raise UserError(f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {unknown}; {spec} has {sorted(have)}")
-        rows = [r for r in rows if r["category"] in categories]
+    return _take(_only(rows, categories, spec), limit, spread)
+
+
+def _joined(spec: str, columns: dict | None, split: str, categories: list[str] | None) -> list[dict]:
+    """The sets of `a+b+...` one after the other (each part as load_prompts takes it, the categories filter on
+    the union); an id in two parts is refused, since collection resumes and training splits by id."""
+    rows, seen = [], {}
+    for part in spec.split("+"):
+        if not part:
+            raise UserError(f"prompts {spec!r}: an empty part; join sets as a+b, e.g. train+long")
+        for row in load_prompts(part, columns, split):
+            if row["id"] in seen:
+                raise UserError(f"prompts {spec!r}: id {row['id']!r} is in both {seen[row['id']]} and {part}; give "
+                                "each prompt of the joined sets its own id")
+            seen[row["id"]] = part
+            rows.append(row)
+    return _only(rows, categories, spec)
+
+
+def _only(rows: list[dict], categories: list[str] | None, spec: str) -> list[dict]:
+    """The rows of the given categories (all without), refusing a category the set does not have."""
+    if not categories:
+        return rows
+    have = {r["category"] for r in rows}
+    unknown = sorted(set(categories) - have)
+    if unknown:
+        raise UserError(f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {unknown}; {spec} has {sorted(have)}")
+    return [r for r in rows if r["category"] in categories]
+
+
+def _take(rows: list[dict], limit: int, spread: bool) -> list[dict]:
     if not limit:
         return rows
     if not spread:

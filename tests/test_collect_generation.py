@@ -82,6 +82,14 @@ def test_greedy_tokens_and_topk_are_the_reference_s_and_eos_ends_a_row(model):
     assert len(got[1].response_ids) <= 4
 
 
+def test_long_prompts_prefill_row_by_row_with_the_reference_s_result(tiny_llama, monkeypatch):
+    """Past ROW_PREFILL tokens each row's prompt runs alone (no padding mask): same tokens and top-k."""
+    model = tiny_llama(0)
+    monkeypatch.setattr(llama_steps, "ROW_PREFILL", 8)  # the batch's longest prompt (12) is "long"
+    ps = prompts(model.config.vocab_size)
+    assert_like_reference(model, generate_batch(model, ps, NEW, GREEDY, K, set(), 0), ps, set())
+
+
 def test_stop_strings_end_a_row_where_they_appear(tiny_llama):
     model = tiny_llama(0)
     ps = prompts(model.config.vocab_size)

@@ -99,3 +99,13 @@ def test_a_changed_source_is_named(bl, tmp_path):
     with pytest.raises(UserError, match=r"(?s)committed train\.jsonl and heldout\.jsonl stay authoritative.*"
                                         r"source file changed: .*doc\.txt"):
         bl.build(manifest)
+
+
+def test_sets_join_with_a_plus_and_an_id_in_two_parts_is_refused():
+    both = load_prompts("train+long")
+    assert len(both) == len(load_prompts("train")) + len(load_prompts("long"))
+    assert {r["category"] for r in load_prompts("heldout+long-heldout", limit=13, spread=True)} >= {"chat", "long_qa"}
+    with pytest.raises(UserError, match="is in both train and train"):
+        load_prompts("train+train")
+    with pytest.raises(UserError, match="an empty part"):
+        load_prompts("train+")

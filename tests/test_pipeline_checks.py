@@ -126,3 +126,25 @@ def test_a_preset_writes_to_its_own_folder_unless_output_is_given(tmp_path, monk
     pipeline.main(argv)
     assert seen["out"] == Path(folder) and seen["collect"] == f"{folder}/collect"
     assert f"pipeline: writing to {folder}" in capsys.readouterr().out
+
+
+def test_the_long_preset_trains_on_long_and_short_prompts_at_the_targets_length(tmp_path, monkeypatch):
+    """--preset long: the bundled long prompts join the short ones in collection and evaluation, and both chain
+    designs train whole prompts up to 8,192 positions in token-budget batches (no feature head)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs/pipeline").mkdir(parents=True)
+    (tmp_path / "configs/pipeline/default.yaml").write_text((REPO / "configs/pipeline/default.yaml").read_text())
+    seen = {}
+
+    def stages(cfg, out, configs, command):
+        seen.update(configs=configs, designs=cfg.designs)
+        return {"best": None}, {}
+
+    monkeypatch.setattr(pipeline, "run_stages", stages)
+    monkeypatch.setattr(pipeline, "headline", lambda result: "")
+    pipeline.main(["--config", "configs/pipeline/default.yaml", "--preset", "long"])
+    c, h, trains, _, e = seen["configs"]
+    assert seen["designs"] == ["standalone", "parallel"] and [t.parallel for t in trains][1] == 4
+    assert c.prompts == "train+long" and h.prompts == "heldout" and e.prompts == "heldout+long-heldout"
+    assert all(t.max_seq_len == t.batch_tokens == pipeline.LONG_SEQ for t in trains)
+    assert c.output == "runs/pipeline-default-long/collect"

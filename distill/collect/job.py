@@ -209,7 +209,7 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
     elif mine:
         _collect_hf(cfg, target, tok, mine, eos, emit)
     bar.close()
-    return finish(out, cfg, rows, tok, argv, command)
+    return finish(out, cfg, rows, tok, argv, command, target.config)
 
 
 def answers(rows: list[dict], samples: int) -> list[dict]:
@@ -258,7 +258,8 @@ def _write_batch(out: Path, rank: int, source: str, batch: list[dict], results: 
         for r, g in zip(batch, results)
     ]
     shards.write_shard(out, f"r{rank:03d}-{time.time_ns()}", records,
-                       {"rank": rank, "rows": len(records), "tokens": n_tok, "seconds": seconds})
+                       {"rank": rank, "rows": len(records), "tokens": n_tok, "seconds": seconds,
+                        "prompt_tokens": sum(len(r["prompt_ids"]) for r in batch)})
     return n_tok
 
 
@@ -324,7 +325,8 @@ def _collect_vllm(cfg: CollectConfig, target, mine: list[dict], eos: set[int], e
     vllm_engine.shutdown(llm)
 
 
-def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: str | None = None) -> dict | None:
+def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: str | None = None,
+           target_config=None) -> dict | None:
     """Write collect.json once every prompt is in a shard (the last rank to finish does it)."""
     metas = shards.shard_meta(out)
     n_rows = sum(m["rows"] for m in metas)
@@ -351,8 +353,26 @@ def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: 
         "command": command or "python -m distill.collect " + " ".join(argv or []),
     }
     info["bytes_per_token"] = round(info["bytes"] / max(tokens, 1), 1)
+    info["bytes_per_example"] = round(info["bytes"] / max(n_rows, 1))
+    if target_config is not None and all("prompt_tokens" in m for m in metas):
+        info["storage"] = storage(info["bytes"], sum(m["prompt_tokens"] for m in metas) + tokens, n_rows,
+                                  target_config.hidden_size)
     shards.write_json_atomic(out / "collect.json", info)
     return info
+
+
+HIDDEN_LAYERS, HIDDEN_BYTES = 3, 2  # what an EAGLE-3 trainer stores a position: 3 layers' hidden states in bf16
+
+
+def storage(stored: int, positions: int, rows: int, hidden: int) -> dict:
+    """What this collection stores (token ids and the responses' top-k, no hidden state: a feature head's run
+    computes its features from these ids, online or once into its own folder) against storing every position's
+    hidden states with the data: HIDDEN_LAYERS layers of `hidden` values in bf16 for each prompt and response
+    token, as EAGLE-3-style trainers write them."""
+    states = positions * hidden * HIDDEN_LAYERS * HIDDEN_BYTES
+    return {"positions": positions, "hidden_state_bytes": states,
+            "hidden_state_bytes_per_example": round(states / max(rows, 1)),
+            "hidden_states_over_stored": round(states / max(stored, 1), 1)}
 
 
 def main(argv: list[str] | None = None) -> None:

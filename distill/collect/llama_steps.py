@@ -6,7 +6,8 @@ host read of every row's token and top-k each step ran an 8B-shaped target at 24
 H100, ~5% of what streaming its weights allows (docs/results.md). Here:
 
   prefill  the HF model's own forward over the (B, L) left-padded prompts (its padding, masks and attention), its
-           K/V then copied into static buffers (layers, B, kv_heads, capacity + SCRATCH, head_dim)
+           K/V then copied into static buffers (layers, B, kv_heads, capacity + SCRATCH, head_dim); long prompts
+           one row at a time, unpadded
   step     one token a row: row b's id at rotary position pos[b], its K/V written at column `slot` (left padding
            aligns the rows, so one column for all), attending to columns valid_from[b]..slot; then
            Outputs.record on the device. Nothing reads a host value, so on CUDA a greedy step is captured once per
@@ -38,6 +39,7 @@ from decode.runners.graphs import GraphLlama, capacity_for, graphs_enabled
 from decode.runners.hf import cache_arg
 from distill.collect.outputs import Outputs
 
+ROW_PREFILL = 1024  # prompts of at least this many tokens (the batch's longest) prefill one row at a time
 SCRATCH = 16  # buffer columns past capacity: a graph's warm-up writes the first; 16 keep rows 16-aligned for SDPA
 
 
@@ -92,17 +94,34 @@ class LlamaSteps:
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """The HF forward over the prompts (B, L) (left-padded: mask (B, L), positions (B, L)), its K/V copied into
-        the buffers -> the last position's logits (B, V)."""
-        cache, L = DynamicCache(config=self.model.config), ids.shape[1]
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, **{cache_arg(self.model): cache},
-                            use_cache=True, logits_to_keep=1).logits[:, -1]
-        for li, layer in enumerate(cache.layers):
-            self.k[li, :, :, :L].copy_(layer.keys)
-            self.v[li, :, :, :L].copy_(layer.values)
+        the buffers -> the last position's logits (B, V). Prompts of ROW_PREFILL tokens or more run one row at a
+        time: unpadded, attention takes its causal kernel, which skips the blocks above the diagonal that a padding
+        mask makes it compute (half the work at 4K tokens, and no (B, L, L) mask), and one long row fills a device."""
+        L = ids.shape[1]
+        if L >= ROW_PREFILL:
+            logits = torch.cat([self._prefill_row(b, ids[b, L - n:], L) for b, n in enumerate(mask.sum(-1).tolist())])
+        else:
+            cache = DynamicCache(config=self.model.config)
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, **{cache_arg(self.model): cache},
+                                use_cache=True, logits_to_keep=1).logits[:, -1]
+            for li, layer in enumerate(cache.layers):
+                self.k[li, :, :, :L].copy_(layer.keys)
+                self.v[li, :, :, :L].copy_(layer.values)
         real = mask.sum(-1)  # (B,) prompt tokens of each row
         self.pos.copy_(real)  # the next token's rotary position: after the row's own tokens
         self.valid_from.copy_(L - real)
         self.slot.fill_(L)
+        return logits
+
+    def _prefill_row(self, b: int, ids: torch.Tensor, L: int) -> torch.Tensor:
+        """Row b's prompt ids (n,) alone, its K/V written right-aligned at columns L - n..L - 1 (where the padded
+        batch puts them) -> its last logits (1, V)."""
+        cache, n = DynamicCache(config=self.model.config), ids.shape[0]
+        logits = self.model(input_ids=ids[None], **{cache_arg(self.model): cache}, use_cache=True,
+                            logits_to_keep=1).logits[:, -1]
+        for li, layer in enumerate(cache.layers):
+            self.k[li, b, :, L - n:L].copy_(layer.keys[0])
+            self.v[li, b, :, L - n:L].copy_(layer.values[0])
         return logits
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
