@@ -49,7 +49,7 @@ def sample_joint(target, draft, sampling, n_samples: int, seed: int, gamma: int 
     counts = torch.zeros((VOCAB,) * N_TOKENS)
     g = torch.Generator().manual_seed(seed)
     options = DecodeOptions(gamma=gamma, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                            **kw)
+                            **{"schedule": "constant", **kw})
     for _ in range(n_samples):
         out, _ = generate(target, draft, PROMPT, MAX_NEW, options, vocab_map=vocab_map, generator=g)
         counts[tuple(out[:N_TOKENS])] += 1

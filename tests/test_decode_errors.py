@@ -214,7 +214,7 @@ def test_bench_rejects_bad_settings(argv, words):
 
 def test_bench_config_defaults_are_valid():
     cfg = bench.parse_args([])
-    assert cfg.gamma >= 1 and cfg.schedule == "constant" and cfg.target == "default"
+    assert cfg.gamma >= 1 and cfg.schedule == "adaptive" and cfg.target == "default"
     with pytest.raises(UserError, match="--gamma must be in 1..64"):
         bench.BenchConfig(gamma=0)
 

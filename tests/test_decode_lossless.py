@@ -91,8 +91,8 @@ def test_mixed_runners_lossless(tiny_llama, noisy_copy):
     draft = noisy_copy(target, 3)
     prompt = _prompt(3)
     want, _ = generate(target, None, prompt, 20)
-    assert generate(FastLlama(target), HFRunner(draft), prompt, 20, DecodeOptions(gamma=4))[0] == want
-    assert generate(HFRunner(target), FastLlama(draft), prompt, 20, DecodeOptions(gamma=4))[0] == want
+    assert generate(FastLlama(target), HFRunner(draft), prompt, 20, DecodeOptions(gamma=4, schedule="constant"))[0] == want
+    assert generate(HFRunner(target), FastLlama(draft), prompt, 20, DecodeOptions(gamma=4, schedule="constant"))[0] == want
 
 
 def test_gpt2_target_lossless_through_hf_runner(hf_greedy):
@@ -117,9 +117,9 @@ def test_gpt2_target_lossless_through_hf_runner(hf_greedy):
     prompt = [5, 6, 7]
     want = hf_greedy(target, prompt, 20)
     for gamma in (1, 3, 5):
-        out, _ = generate(target, draft, prompt, 20, DecodeOptions(gamma=gamma))
+        out, _ = generate(target, draft, prompt, 20, DecodeOptions(gamma=gamma, schedule="constant"))
         assert out == want
-    out, _ = generate(target, target, prompt, 20, DecodeOptions(gamma=3))  # full acceptance: the DynamicCache is never cropped
+    out, _ = generate(target, target, prompt, 20, DecodeOptions(gamma=3, schedule="constant"))  # full acceptance: the DynamicCache is never cropped
     assert out == want
 
 
@@ -134,7 +134,7 @@ def test_draft_equal_to_target_accepts_everything(gamma, runner, tiny_llama):
         prompt = _prompt(seed)
         want, _ = generate(target, None, prompt, n_new)
         out, stats = generate(
-            _wrap(target, runner), _wrap(target, runner), prompt, n_new, DecodeOptions(gamma=gamma), eos_token_ids=()
+            _wrap(target, runner), _wrap(target, runner), prompt, n_new, DecodeOptions(gamma=gamma, schedule="constant"), eos_token_ids=()
         )
         assert out == want
         assert stats.acceptance_rate == 1.0
@@ -183,7 +183,7 @@ def test_reduced_vocabulary_draft_gets_accepted(tiny_llama):
         {k: (v[vocab_map] if v.shape[:1] == (97,) else v) for k, v in target.state_dict().items()}
     )
     # restricting the head to a subset keeps the argmax whenever the argmax is in the subset
-    out, stats = generate(target, draft, prompt, 13, DecodeOptions(gamma=3), vocab_map=vocab_map)
+    out, stats = generate(target, draft, prompt, 13, DecodeOptions(gamma=3, schedule="constant"), vocab_map=vocab_map)
     assert out == want
     assert stats.acceptance_rate == 1.0
 
@@ -215,7 +215,7 @@ def test_sliding_window_model_is_lossless(sliding_window, hf_greedy):
     prompt = list(range(3, 23))
     want = hf_greedy(target, prompt, 20)
     for gamma in (4, 8):
-        out, _ = generate(target, draft, prompt, 20, DecodeOptions(gamma=gamma))
+        out, _ = generate(target, draft, prompt, 20, DecodeOptions(gamma=gamma, schedule="constant"))
         assert out == want, f"gamma {gamma}"
 
 
@@ -229,7 +229,7 @@ def test_rounded_draft_weights_stay_lossless(tiny_llama, noisy_copy, weights):
         prompt = _prompt(seed)
         want, _ = generate(target, None, prompt, 24)
         for gamma in (1, 3):
-            out, stats = generate(target, draft, prompt, 24, DecodeOptions(gamma=gamma, draft_weights=weights))
+            out, stats = generate(target, draft, prompt, 24, DecodeOptions(gamma=gamma, draft_weights=weights, schedule="constant"))
             assert out == want
             accepted += stats.accepted
     assert accepted > 0  # the rounded draft still proposes tokens the target takes
@@ -240,4 +240,4 @@ def test_unknown_draft_weights_refused(tiny_llama):
 
     target = tiny_llama(0)
     with pytest.raises(UserError, match="draft_weights must be one of float32, float16, int8"):
-        generate(target, target, _prompt(0), 4, DecodeOptions(gamma=2, draft_weights="int4"))
+        generate(target, target, _prompt(0), 4, DecodeOptions(gamma=2, draft_weights="int4", schedule="constant"))

@@ -72,7 +72,7 @@ def test_one_forward_a_round_accepts_deep_and_keeps_no_mask(table_lm):
     target = table_lm(VOCAB, seed=0)
     draft = Oracle(target, mask=VOCAB)
     want, _ = generate(target, None, PROMPT, 40)
-    out, st = generate(target, draft, PROMPT, 40, DecodeOptions(gamma=4))
+    out, st = generate(target, draft, PROMPT, 40, DecodeOptions(gamma=4, schedule="constant"))
     assert out == want
     assert st.draft_forwards <= st.rounds + 1  # prefill + one forward a round, whatever γ
     assert max(i for i, c in enumerate(st.accept_histogram) if c) >= 3 and st.accept_histogram[0] > 0
@@ -92,12 +92,12 @@ def test_greedy_output_is_the_targets_on_every_runner(runner, form, tiny_llama, 
             draft.config.mask_token_id = target.config.vocab_size
         else:
             draft.config.pard_token = target.config.vocab_size - 1
-        options = DecodeOptions(gamma=3, draft_weights="int8" if runner == "fast-int8" else "float32")
+        options = DecodeOptions(gamma=3, draft_weights="int8" if runner == "fast-int8" else "float32", schedule="constant")
         t, d = {"hf": (HFRunner(target), HFRunner(draft)),
                 "graph": (GraphLlama(target, graphs=False), GraphLlama(draft, graphs=False))}.get(runner, (target, draft))
         prompt = [1 + seed, 7, 11, 5]
         want, _ = generate(FastLlama(tiny_llama(seed, **kw)), None, prompt, 24)
-        for opts in (options, DecodeOptions(gamma=3, tree_nodes=4), DecodeOptions(gamma=2, lookup=1)):
+        for opts in (options, DecodeOptions(gamma=3, tree_nodes=4, schedule="constant"), DecodeOptions(gamma=2, lookup=1, schedule="constant")):
             out, st = generate(t, d, prompt, 24, opts)
             assert out == want, (runner, form, seed, opts)
             assert st.accepted > 0 and st.draft_forwards <= st.rounds + 1
@@ -114,7 +114,7 @@ def test_the_gpu_path_drafts_on_the_device(tiny_llama, noisy_copy, monkeypatch):
     draft.config.mask_token_id = target.config.vocab_size - 1
     want, _ = generate(FastLlama(tiny_llama(4, **kw)), None, [3, 4, 5], 20)
     out, st = generate(GraphLlama(target, graphs=False), GraphLlama(draft, graphs=False), [3, 4, 5], 20,
-                       DecodeOptions(gamma=4))
+                       DecodeOptions(gamma=4, schedule="constant"))
     assert out == want and len(read_once) == st.rounds
 
 
@@ -133,17 +133,17 @@ def test_a_tree_from_one_forward(table_lm, monkeypatch):
 
     monkeypatch.setattr(spec, "walk_greedy", walk)
     want, _ = generate(target, None, PROMPT, 30)
-    out, st = generate(target, draft, PROMPT, 30, DecodeOptions(gamma=3, tree_nodes=6))
+    out, st = generate(target, draft, PROMPT, 30, DecodeOptions(gamma=3, tree_nodes=6, schedule="constant"))
     assert out == want and any(seen)
     # prefill + one forward a tree round (a last round with no room left drafts nothing)
     assert st.draft_forwards == st.tree_levels + 1 <= st.rounds + 1 and st.tree_nodes > 3 * st.tree_rounds
-    out, st = generate(target, Oracle(target, mask=VOCAB), PROMPT, 30, DecodeOptions(gamma=4, tree_nodes=6))
+    out, st = generate(target, Oracle(target, mask=VOCAB), PROMPT, 30, DecodeOptions(gamma=4, tree_nodes=6, schedule="constant"))
     assert out == want and max(i for i, c in enumerate(st.accept_histogram) if c) >= 3
 
 
 def test_the_cache_holds_real_tokens_only(table_lm):
     target, draft = table_lm(VOCAB, seed=0), ParallelTable(seed=1)
-    generate(target, draft, PROMPT, 20, DecodeOptions(gamma=4))
+    generate(target, draft, PROMPT, 20, DecodeOptions(gamma=4, schedule="constant"))
     assert len(draft.fed) > 3
     for before, ids in draft.fed:
         assert VOCAB not in before  # the masks of the round before were cropped

@@ -68,7 +68,7 @@ def test_default_draft_is_the_target_and_accepts_everything(default_target, prom
     assert draft.model is target
     gamma, k = 4, 3
     alone, _ = generate(target, None, prompts[0], 1 + k * (gamma + 1), eos_token_ids=())
-    out, stats = generate(target, draft.model, prompts[0], 1 + k * (gamma + 1), DecodeOptions(gamma=gamma),
+    out, stats = generate(target, draft.model, prompts[0], 1 + k * (gamma + 1), DecodeOptions(gamma=gamma, schedule="constant"),
                             eos_token_ids=())
     assert out == alone
     assert stats.acceptance_rate == 1.0 and stats.tau == gamma + 1
@@ -97,7 +97,7 @@ def test_bench_end_to_end_json(tmp_path):
     assert BENCH_KEYS <= result.keys()
     assert result["target"] == "default" and result["draft"] == "layers:0,1,28,29"
     assert result["prompts"] == 2 and result["max_new_tokens"] == 8 and result["gamma"] == 4
-    assert result["schedule"] == "constant" and result["temperature"] == 0.0 and result["dtype"] == "float32"
+    assert result["schedule"] == "adaptive" and result["temperature"] == 0.0 and result["dtype"] == "float32"
     assert set(result["baseline"]) == {"tokens", "seconds", "tokens_per_s", "prefill_seconds", "decode_tokens_per_s"}
     spec = result["speculative"]
     want = "tokens seconds tokens_per_s acceptance_rate tau target_forwards draft_forwards accept_histogram"

@@ -30,7 +30,7 @@ def setup(tiny_llama, noisy_copy):
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 12, 25])
 def test_max_new_tokens_is_exact(setup, gamma, n):
     target, draft, ref = setup
-    out, stats = generate(target, draft if gamma else None, PROMPT, n, DecodeOptions(gamma=max(gamma, 1)))
+    out, stats = generate(target, draft if gamma else None, PROMPT, n, DecodeOptions(gamma=max(gamma, 1), schedule="constant"))
     assert out == ref[:n]
     assert len(out) == n == stats.new_tokens
 
@@ -55,7 +55,7 @@ def test_several_eos_ids_first_one_wins(setup):
     target, draft, ref = setup
     a, b = ref[12], ref[6]
     cut = min(ref.index(a), ref.index(b))
-    out, _ = generate(target, draft, PROMPT, 40, DecodeOptions(gamma=4), eos_token_ids=(a, b))
+    out, _ = generate(target, draft, PROMPT, 40, DecodeOptions(gamma=4, schedule="constant"), eos_token_ids=(a, b))
     assert out == ref[: cut + 1]
 
 
@@ -68,7 +68,7 @@ def test_stop_string_truncates_after_the_completing_token(setup, gamma):
         # the first position where the decoded output contains the stop string
         end = next(i for i in range(len(ref)) if stop in tok.decode(ref[: i + 1]))
         out, _ = generate(
-            target, draft if gamma else None, PROMPT, 40, DecodeOptions(gamma=max(gamma, 1)), stop_strings=(stop,),
+            target, draft if gamma else None, PROMPT, 40, DecodeOptions(gamma=max(gamma, 1), schedule="constant"), stop_strings=(stop,),
             tokenizer=tok,
         )
         assert out == ref[: end + 1], (stop, out, ref)
@@ -78,9 +78,9 @@ def test_eos_and_max_new_tokens_whichever_first(setup):
     target, draft, ref = setup
     eos = ref[10]
     first = ref.index(eos)
-    out, _ = generate(target, draft, PROMPT, first, DecodeOptions(gamma=4), eos_token_ids=(eos,))
+    out, _ = generate(target, draft, PROMPT, first, DecodeOptions(gamma=4, schedule="constant"), eos_token_ids=(eos,))
     assert out == ref[:first]  # the limit came first
-    out, _ = generate(target, draft, PROMPT, first + 1, DecodeOptions(gamma=4), eos_token_ids=(eos,))
+    out, _ = generate(target, draft, PROMPT, first + 1, DecodeOptions(gamma=4, schedule="constant"), eos_token_ids=(eos,))
     assert out == ref[: first + 1] and out[-1] == eos
 
 
@@ -107,7 +107,7 @@ def test_target_alone_stats_are_consistent(setup):
 
 def test_sampled_generation_is_reproducible_with_a_seeded_generator(setup):
     target, draft, _ = setup
-    sp = DecodeOptions(gamma=3, temperature=1.0, top_k=10)
+    sp = DecodeOptions(gamma=3, temperature=1.0, top_k=10, schedule="constant")
     a, _ = generate(target, draft, PROMPT, 20, sp, generator=torch.Generator().manual_seed(7))
     b, _ = generate(target, draft, PROMPT, 20, sp, generator=torch.Generator().manual_seed(7))
     assert a == b and len(a) == 20

@@ -118,8 +118,8 @@ def test_draft_from_layers_copies_the_chosen_layers(tiny_llama):
     with torch.no_grad():
         torch.testing.assert_close(full(x).logits, target(x).logits)
     want, _ = generate(target, None, [1, 2, 3], 12)
-    assert generate(target, draft, [1, 2, 3], 12, DecodeOptions(gamma=3))[0] == want
-    out, stats = generate(target, full, [1, 2, 3], 1 + 3 * 4, DecodeOptions(gamma=3))
+    assert generate(target, draft, [1, 2, 3], 12, DecodeOptions(gamma=3, schedule="constant"))[0] == want
+    out, stats = generate(target, full, [1, 2, 3], 1 + 3 * 4, DecodeOptions(gamma=3, schedule="constant"))
     assert out == generate(target, None, [1, 2, 3], 13)[0]
     assert stats.acceptance_rate == 1.0 and stats.tau == 4
 

@@ -117,9 +117,9 @@ def pair(tokenizer_pair):
                            want=[generate(target, None, ids, 24)[0] for ids in prompts])
 
 
-OPTIONS = {"g1": DecodeOptions(gamma=1), "g4": DecodeOptions(gamma=4), "dynamic": DecodeOptions(gamma=3, schedule="dynamic"),
-           "heuristic": DecodeOptions(gamma=2, schedule="heuristic"), "tree4": DecodeOptions(gamma=3, tree_nodes=4),
-           "lookup": DecodeOptions(gamma=3, lookup=2)}
+OPTIONS = {"g1": DecodeOptions(gamma=1, schedule="constant"), "g4": DecodeOptions(gamma=4, schedule="constant"), "dynamic": DecodeOptions(gamma=3, schedule="dynamic"),
+           "heuristic": DecodeOptions(gamma=2, schedule="heuristic"), "tree4": DecodeOptions(gamma=3, tree_nodes=4, schedule="constant"),
+           "lookup": DecodeOptions(gamma=3, lookup=2, schedule="constant")}
 CASES = [("fast", k) for k in OPTIONS] + [(r, k) for r in ("hf", "graph") for k in ("g4", "tree4")]
 
 
@@ -207,11 +207,11 @@ def test_an_oracle_draft_is_accepted_across_tokens_that_straddle_the_cut(tokeniz
     draft = vp.OtherTokenizerDraft(Scripted(d, text, len(d_prompt)), d, t, len(t))
     rounds, accept = [], spec.accept
     monkeypatch.setattr(spec, "accept", lambda p, *a, **k: rounds.append((p, accept(p, *a, **k)[0])) or accept(p, *a, **k))
-    out, stats = generate(target, draft, prompt, len(script), DecodeOptions(gamma=4))
+    out, stats = generate(target, draft, prompt, len(script), DecodeOptions(gamma=4, schedule="constant"))
     assert out == script
     # the first round proposes the tokenizer's ' fox', which the target did not write; then everything is taken
     assert stats.acceptance_rate >= 0.85, stats.as_dict()
-    out, stats = generate(target, draft, prompt, len(script), DecodeOptions(gamma=3, tree_nodes=4))
+    out, stats = generate(target, draft, prompt, len(script), DecodeOptions(gamma=3, tree_nodes=4, schedule="constant"))
     assert out == script and stats.tree_ranks["2.0"][0] >= 5  # the tree's first children, past the first level
     x = t("x", add_special_tokens=False)["input_ids"]
     assert any(p[:1] == x and n >= 3 for p, n in rounds)  # after ' fo': 'x', ' jumps', ' over', ... accepted
@@ -295,7 +295,7 @@ def _chi2(tab, sampling, n_samples: int, seed: int, chi2_test, **kw) -> tuple[fl
     cells = {c: i for i, c in enumerate(exact)}
     counts, probs = torch.zeros(len(cells) + 1), torch.tensor(list(exact.values()) + [0.0])
     g = torch.Generator().manual_seed(seed)
-    options = DecodeOptions(gamma=3, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, **kw)
+    options = DecodeOptions(gamma=3, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, **{"schedule": "constant", **kw})
     for _ in range(n_samples):
         out, _ = generate(tab.target, tab.draft, tab.prompt, 4, options, generator=g)
         counts[cells.get(tuple(out[:3]), len(cells))] += 1
@@ -326,7 +326,7 @@ def test_too_little_shared_vocabulary_refuses_sampling_and_trees(pair, tiny_toke
     words = tiny_tokenizer()  # t0..t96, word-level: almost nothing of SmolLM2's vocabulary
     draft = vp.OtherTokenizerDraft(_llama(2, len(words)), words, pair.t, pair.target.config.vocab_size)
     assert draft.shared.coverage < vp.MIN_COVERAGE
-    for options, what in ((DecodeOptions(temperature=1.0), "sampling"), (DecodeOptions(tree_nodes=4), "--tree-nodes 4")):
+    for options, what in ((DecodeOptions(temperature=1.0, schedule="constant"), "sampling"), (DecodeOptions(tree_nodes=4, schedule="constant"), "--tree-nodes 4")):
         with pytest.raises(UserError, match=f"{what}.* needs proposals from the vocabulary both tokenizers share.*"
                                             "use --temperature 0 --tree-nodes 0"):
             generate(pair.target, draft, pair.prompts[0], 8, options)
@@ -368,7 +368,7 @@ def test_transformers_uag_tli_is_not_the_targets_distribution_and_ours_is(pair, 
 
     g = torch.Generator().manual_seed(0)
     mine = vp.OtherTokenizerDraft(draft, d, t, len(t))
-    ours = sum(generate(target, mine, ids, 2, DecodeOptions(gamma=1, temperature=temperature), generator=g)[0][0] == x
+    ours = sum(generate(target, mine, ids, 2, DecodeOptions(gamma=1, temperature=temperature, schedule="constant"), generator=g)[0][0] == x
                for _ in range(n)) / n
     sigma = (float(p[x]) * (1 - float(p[x])) / n) ** 0.5
     assert abs(ours - float(p[x])) < 4 * sigma, (ours, float(p[x]))

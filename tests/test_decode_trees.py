@@ -114,7 +114,7 @@ def test_greedy_trees_are_the_target_alone(runner, tiny_llama, noisy_copy, monke
         prompt = [1 + seed, 7, 11]
         want, _ = generate(target, None, prompt, 20)
         for nodes, gamma in ((1, 1), (4, 2), (6, 3)):
-            out, st = generate(wrap(target), wrap(draft), prompt, 20, DecodeOptions(gamma=gamma, tree_nodes=nodes))
+            out, st = generate(wrap(target), wrap(draft), prompt, 20, DecodeOptions(gamma=gamma, tree_nodes=nodes, schedule="constant"))
             assert out == want, (seed, nodes, gamma)
             assert st.tree_rounds >= st.rounds - 1 and st.tree_nodes <= nodes * st.tree_rounds  # the last: no room
     assert seen["branch"] and seen["deep"], seen
@@ -123,16 +123,16 @@ def test_greedy_trees_are_the_target_alone(runner, tiny_llama, noisy_copy, monke
 def test_a_wide_tree_fits_the_cache_to_the_last_token(tiny_llama, noisy_copy):
     target = tiny_llama(1)
     want, _ = generate(target, None, [4, 5, 6], 12)
-    out, _ = generate(target, noisy_copy(target, 1), [4, 5, 6], 12, DecodeOptions(gamma=4, tree_nodes=40))
+    out, _ = generate(target, noisy_copy(target, 1), [4, 5, 6], 12, DecodeOptions(gamma=4, tree_nodes=40, schedule="constant"))
     assert out == want
 
 
 def test_trees_refused_where_they_cannot_work(tiny_llama):
     target = tiny_llama(0)
     with pytest.raises(UserError, match="--tree-nodes must be in 0..64"):
-        DecodeOptions(tree_nodes=65)
+        DecodeOptions(tree_nodes=65, schedule="constant")
     with pytest.raises(UserError, match="schedule constant"):
         DecodeOptions(tree_nodes=4, schedule="heuristic")
     window = tiny_llama(0, sliding_window=8, use_sliding_window=True, max_window_layers=0)
     with pytest.raises(UserError, match="sliding"):
-        generate(HFRunner(window), target, [1, 2, 3], 4, DecodeOptions(gamma=2, tree_nodes=3))
+        generate(HFRunner(window), target, [1, 2, 3], 4, DecodeOptions(gamma=2, tree_nodes=3, schedule="constant"))

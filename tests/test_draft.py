@@ -413,7 +413,7 @@ def test_reduced_vocab_draft_is_lossless(tiny_llama, tok):
     for prompt in prompts[6:]:  # unseen prompts: some target tokens are outside the draft's 24
         want = generate(target, None, prompt, 24)[0]
         for gamma in (1, 3, 5):
-            got, stats = generate(target, draft, prompt, 24, DecodeOptions(gamma=gamma), vocab_map=vm)
+            got, stats = generate(target, draft, prompt, 24, DecodeOptions(gamma=gamma, schedule="constant"), vocab_map=vm)
             assert got == want, (prompt, gamma)
             proposed, accepted = proposed + stats.proposed, accepted + stats.accepted
     assert 0 < accepted < proposed  # both paths ran: accepted proposals and rejected ones
@@ -432,7 +432,7 @@ def test_reduced_vocab_draft_is_lossless_on_the_real_tokenizer(tiny_collected):
     for prompt in load_collected(tiny_collected.heldout)["prompt_ids"][:3]:
         want = generate(target, None, prompt, 16, eos_token_ids=eos)[0]
         for gamma in (2, 4):
-            assert generate(target, draft, prompt, 16, DecodeOptions(gamma=gamma), eos_token_ids=eos, vocab_map=vm)[0] == want
+            assert generate(target, draft, prompt, 16, DecodeOptions(gamma=gamma, schedule="constant"), eos_token_ids=eos, vocab_map=vm)[0] == want
 
 
 def test_a_reduced_vocabulary_keeps_special_ids_in_draft_ids_lists_included(tiny_llama):

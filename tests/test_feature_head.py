@@ -43,8 +43,8 @@ def test_greedy_with_a_head_is_the_target_alone(pair, runner):
     for seed in range(3):
         ids = torch.randint(0, 300, (9,), generator=torch.Generator().manual_seed(seed)).tolist()
         ref, _ = generate(target, None, ids, 30)
-        for opts in (DecodeOptions(gamma=3), DecodeOptions(gamma=2, lookup=2), DecodeOptions(gamma=4, schedule="heuristic"),
-                     DecodeOptions(gamma=3, tree_nodes=5)):
+        for opts in (DecodeOptions(gamma=3, schedule="constant"), DecodeOptions(gamma=2, lookup=2, schedule="constant"), DecodeOptions(gamma=4, schedule="heuristic"),
+                     DecodeOptions(gamma=3, tree_nodes=5, schedule="constant")):
             out, st = generate(model, head, ids, 30, opts)
             assert out == ref
             assert st.proposed > 0
@@ -99,23 +99,23 @@ def test_a_head_that_copies_the_target_is_accepted(pair):
             return out, logits
 
     oracle = Oracle(head.config, head.feature_layers, None)
-    out, st = generate(target, oracle.eval(), ids, 24, DecodeOptions(gamma=3))
+    out, st = generate(target, oracle.eval(), ids, 24, DecodeOptions(gamma=3, schedule="constant"))
     assert out == ref
     assert st.accepted == st.proposed
 
 
 def test_sampling_with_a_head_runs_and_a_wrong_head_is_refused(pair):
     target, head = pair
-    out, st = generate(target, head, list(range(9)), 20, DecodeOptions(gamma=3, temperature=0.8),
+    out, st = generate(target, head, list(range(9)), 20, DecodeOptions(gamma=3, temperature=0.8, schedule="constant"),
                        generator=torch.Generator().manual_seed(0))
     assert len(out) == 20 and st.proposed > 0
-    out, st = generate(target, head, list(range(9)), 20, DecodeOptions(gamma=3, temperature=0.8, tree_nodes=4),
+    out, st = generate(target, head, list(range(9)), 20, DecodeOptions(gamma=3, temperature=0.8, tree_nodes=4, schedule="constant"),
                        generator=torch.Generator().manual_seed(0))
     assert len(out) == 20 and st.tree_rounds > 0
     from decode.errors import UserError
     wrong = FeatureHead(head.config, [1, 9])  # reads layer 9 of a 6-layer target
     with pytest.raises(UserError, match="trained for this target"):
-        generate(target, wrong.eval(), list(range(9)), 5, DecodeOptions(gamma=2))
+        generate(target, wrong.eval(), list(range(9)), 5, DecodeOptions(gamma=2, schedule="constant"))
 
 
 def test_the_folder_round_trips(pair, tmp_path):
@@ -164,7 +164,7 @@ def test_a_head_run_exports_a_folder_that_decodes_losslessly(tiny_collected, tmp
     draft = load_draft(str(hf), target, tok)
     ids = tok("hello there, how are you", return_tensors="pt").input_ids[0].tolist()
     ref, _ = generate(target, None, ids, 16)
-    got, st = generate(target, draft.model, ids, 16, DecodeOptions(gamma=3))
+    got, st = generate(target, draft.model, ids, 16, DecodeOptions(gamma=3, schedule="constant"))
     assert got == ref and st.proposed > 0
 
 
@@ -189,8 +189,8 @@ def test_a_head_saves_its_draft_vocabulary_in_ascending_target_ids(pair, tmp_pat
     back = FeatureHead.load(tmp_path / "h")
     assert back.draft_ids().tolist() == list(range(0, 300, 2))
     ids = list(range(9))
-    out, _ = generate(target, shuffled, ids, 12, DecodeOptions(gamma=3))
-    assert generate(target, back, ids, 12, DecodeOptions(gamma=3))[0] == out
+    out, _ = generate(target, shuffled, ids, 12, DecodeOptions(gamma=3, schedule="constant"))
+    assert generate(target, back, ids, 12, DecodeOptions(gamma=3, schedule="constant"))[0] == out
     h = torch.randn(64)
     want = dict(zip(shuffled.draft_ids().tolist(), shuffled.logits(h).tolist()))
     got = dict(zip(back.draft_ids().tolist(), back.logits(h).tolist()))

@@ -99,7 +99,7 @@ def _target(tmp_path, tiny_llama, tiny_tokenizer) -> tuple[str, str]:
 
 def _bench(target: str, prompts: str, dtype: str, draft: str | None = None) -> dict:
     return bench.run(bench.parse_args(["--target", target, "--prompts", prompts, "--draft", draft or target,
-                                       "--max-new-tokens", str(MAX_NEW), "--gamma", "3", "--dtype", dtype]))
+                                       "--max-new-tokens", str(MAX_NEW), "--gamma", "3", "--schedule", "constant", "--dtype", dtype]))
 
 
 def test_bf16_target_as_its_own_draft_is_lossless_under_the_numeric_rule(tmp_path, tiny_llama, tiny_tokenizer,

@@ -73,7 +73,7 @@ def test_load_draft_decides_from_the_folders(folders, tokenizer_pair, tmp_path):
 def _bench(folders, tmp_path, *extra) -> dict:
     out = tmp_path / "r.json"
     bench_main(["--target", folders["target"], "--draft", folders["gpt2"], "--prompts", folders["prompts"],
-                "--max-new-tokens", "12", "--gamma", "3", "--out", str(out), *extra])
+                "--max-new-tokens", "12", "--gamma", "3", "--schedule", "constant", "--out", str(out), *extra])
     return json.loads(out.read_text())
 
 

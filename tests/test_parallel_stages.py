@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from decode import bench, generate
+from decode import DecodeOptions, bench, generate
 from decode.bench import parallel_cost
 from decode.drafting.speculative import Stats
 from distill.evaluate import positions
@@ -44,7 +44,7 @@ def _parallel_folder(tmp_path, tiny_llama, target: str) -> str:
 
 def test_bench_reports_a_parallel_draft_with_its_own_cost_model(tmp_path, tiny_llama, tiny_tokenizer):
     target, prompts, _ = _folders(tmp_path, tiny_llama, tiny_tokenizer, eos_in_generation_config=True)
-    r = _run(target, prompts, _parallel_folder(tmp_path, tiny_llama, target), "--gamma 3")
+    r = _run(target, prompts, _parallel_folder(tmp_path, tiny_llama, target), "--gamma 3 --schedule constant")
     cm, s = r["cost_model"], r["speculative"]
     assert r["draft_kind"] == "parallel" and r["lossless"] is True and r["hf_assisted"] is None
     assert "transformers' assisted generation runs a draft as a chain" in r["hf_assisted_skipped"]
@@ -141,5 +141,5 @@ def test_greedy_generate_on_the_saved_parallel_folder(tmp_path, tiny_llama, tiny
     draft = load_draft(_parallel_folder(tmp_path, tiny_llama, target_dir), target, tok)
     assert bench.draft_kind(draft) == "parallel"
     want, _ = generate(target, None, [3, 4, 5], MAX_NEW)
-    out, st = generate(target, draft.model, [3, 4, 5], MAX_NEW)
+    out, st = generate(target, draft.model, [3, 4, 5], MAX_NEW, DecodeOptions(schedule="constant"))
     assert out == want and st.accepted >= st.rounds - 1

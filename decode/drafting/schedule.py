@@ -163,15 +163,21 @@ class Adaptive:
 
 class Memory:
     """The adaptive estimates a generation leaves for the next one with the same target runner, draft and options
-    (one process serving many prompts). Keyed by the draft object (held weakly: a freed draft's entry goes with it)
-    and the options that change a round's cost or acceptance."""
+    (one process serving many prompts). Keyed by the draft object's identity (held weakly, so a new draft that
+    reuses a freed one's id starts afresh) and the options that change a round's cost or acceptance."""
 
     def __init__(self):
-        self._by_draft = weakref.WeakKeyDictionary()  # draft -> {options key: Adaptive}
+        self._by_draft: dict[int, tuple] = {}  # id(draft) -> (weakref to it, {options key: Adaptive})
         self._no_draft: dict = {}  # context lookup alone
 
     def _slot(self, draft) -> dict:
-        return self._no_draft if draft is None else self._by_draft.setdefault(draft, {})
+        if draft is None:
+            return self._no_draft
+        ref, slot = self._by_draft.get(id(draft), (None, None))
+        if ref is None or ref() is not draft:
+            ref, slot = weakref.ref(draft), {}
+            self._by_draft[id(draft)] = (ref, slot)
+        return slot
 
     def get(self, draft, key: tuple) -> Adaptive | None:
         return self._slot(draft).get(key)
