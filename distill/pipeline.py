@@ -106,17 +106,12 @@ class PipelineConfig:
             "head": {"max_steps": 600, "eval_every": 100, "save_every": 200},
             "evaluate": {"limit": 48},
         },
-        # drafts that keep their acceptance on long prompts (issue 53): the bundled long prompts (1K-7K tokens)
-        # join the short ones in collection, training keeps whole prompts up to the target's 8,192 positions in
-        # token-budget batches (a long example alone, short ones packed together), and the report covers both sets
-        # by context bucket. No feature head: its training-time-test mask grows with the square of the length.
-        "long": {
-            "designs": ["standalone", "parallel"],
-            "collect": {"prompts": "train+long", "batch_size": 8},  # 8 prompts of 7K tokens: ~2.4 GB of KV cache
-            "train": {"max_seq_len": LONG_SEQ, "batch_tokens": LONG_SEQ},
-            "parallel": {"max_seq_len": LONG_SEQ, "batch_tokens": LONG_SEQ},
-            "evaluate": {"prompts": "heldout+long-heldout", "limit": 26},  # 2 of each of the 13 categories
-        },
+        # long prompts (1K-7K tokens) join the short ones; whole prompts up to 8,192 positions in token-budget
+        # batches. No feature head: its training-time-test mask grows with the square of the length.
+        "long": {"designs": ["standalone", "parallel"],
+                 "collect": {"prompts": "train+long", "batch_size": 8},  # 8 rows of 7K tokens: ~2.4 GB of KV cache
+                 **{k: {"max_seq_len": LONG_SEQ, "batch_tokens": LONG_SEQ} for k in ("train", "parallel")},
+                 "evaluate": {"prompts": "heldout+long-heldout", "limit": 26}},  # 2 of each of 13 categories
     }
 
     def __post_init__(self):

@@ -170,6 +170,14 @@ class Memory:
         self._by_draft: dict[int, tuple] = {}  # id(draft) -> (weakref to it, {options key: Adaptive})
         self._no_draft: dict = {}  # context lookup alone
 
+    @staticmethod
+    def of(target) -> Memory:
+        """The memory kept on the target object generate() is given (a model or a runner)."""
+        memory = target.__dict__.get("_specdistill_schedules")
+        if memory is None:
+            memory = target.__dict__["_specdistill_schedules"] = Memory()
+        return memory
+
     def _slot(self, draft) -> dict:
         if draft is None:
             return self._no_draft

@@ -270,7 +270,7 @@ def generate(target, draft, prompt_ids: list[int], max_new_tokens: int, options:
     A draft with its own tokenizer comes as a decode.models.vocab_pair.OtherTokenizerDraft (decode.drafting.translate).
     Returns the new token ids (ending with EOS if one was produced) and the call's Stats.
     """
-    memory = _schedule_memory(target)
+    memory = Memory.of(target)
     target = runner_for(target)
     _check_call(target, draft, max_new_tokens, options, stop_strings, tokenizer)
     # a feature head drafts from the target's hidden states at its layers: every target forward leaves them
@@ -338,14 +338,6 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
     stats.clock.settle()
     memory.put(draft, key, sched)
     return out, stats
-
-
-def _schedule_memory(target) -> Memory:
-    """The adaptive schedule's memory, kept on the target object the caller passes (a model or a runner)."""
-    memory = target.__dict__.get("_specdistill_schedules")
-    if memory is None:
-        memory = target.__dict__["_specdistill_schedules"] = Memory()
-    return memory
 
 
 def _check_call(target, draft, max_new_tokens: int, options: DecodeOptions, stop_strings, tokenizer) -> None:
