@@ -264,13 +264,13 @@ def chi2_test():
 # --- a tiny target with the real default tokenizer, and data collected from it (distill tests) -----------------
 
 
-def save_tiny_default_target(folder, tok, max_positions: int = 512):
-    """Save a random LlamaForCausalLM (4 layers x 64 wide, tied head, seed 0) with the default tokenizer `tok` to
+def save_tiny_default_target(folder, tok, max_positions: int = 512, hidden: int = 64, layers: int = 4):
+    """Save a random LlamaForCausalLM (`layers` x `hidden`, tied head, seed 0) with the default tokenizer `tok` to
     `folder` -> folder. initializer_range 0.3: peaked next-token distributions, greedy outputs not decided by
     near-ties."""
     from transformers import GenerationConfig
 
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
                          tie_word_embeddings=True, initializer_range=0.3, bos_token_id=tok.bos_token_id,
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)

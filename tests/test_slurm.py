@@ -46,23 +46,11 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A random 2-layer x 32 llama with the default tokenizer (49,152 tokens), and N_PROMPTS prompts."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
     from decode.models.targets import load_tokenizer
+    from tests.conftest import save_tiny_default_target
 
     root = tmp_path_factory.mktemp("tiny")
-    tok = load_tokenizer("default")
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, initializer_range=0.3, bos_token_id=tok.bos_token_id,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                                               pad_token_id=tok.pad_token_id)
-    model.save_pretrained(root / "target")
-    tok.save_pretrained(root / "target")
+    save_tiny_default_target(root / "target", load_tokenizer("default"), hidden=32, layers=2)
     rows = [{"id": f"p{i:02d}", "category": "chat", "messages": [{"role": "user", "content": f"Tell me about topic {i}."}]}
             for i in range(N_PROMPTS)]
     (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

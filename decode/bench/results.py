@@ -82,19 +82,22 @@ def result_entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prom
 def _per_category(a: dict, base_cat: dict, keep) -> dict:
     """Per prompt category (or context bucket: the groups `keep` takes): the run's tokens, α, τ and speedup over
     the target alone on the same prompts."""
+    return {name: _group(a["prompts"][name], c, base_cat[name]) for name, c in sorted(a["cat"].items()) if keep(name)}
+
+
+def _group(prompts: int, spec: Stats, base: Stats) -> dict:
+    """One group's row: the run's stats on its prompts against the target alone's on the same prompts."""
+    s, b = spec.as_dict(), base.as_dict()
     return {
-        name: {
-            "prompts": a["prompts"][name],
-            "tokens": c.new_tokens,
-            "acceptance_rate": round(c.acceptance_rate, 4),
-            "tau": round(c.tau, 4),
-            "baseline_tokens_per_s": base_cat[name].as_dict()["tokens_per_s"],
-            "speculative_tokens_per_s": c.as_dict()["tokens_per_s"],
-            "speedup": round(c.as_dict()["tokens_per_s"] / base_cat[name].as_dict()["tokens_per_s"], 4),
-            "baseline_decode_tokens_per_s": base_cat[name].as_dict()["decode_tokens_per_s"],
-            "speculative_decode_tokens_per_s": c.as_dict()["decode_tokens_per_s"],
-        }
-        for name, c in sorted(a["cat"].items()) if keep(name)
+        "prompts": prompts,
+        "tokens": spec.new_tokens,
+        "acceptance_rate": round(spec.acceptance_rate, 4),
+        "tau": round(spec.tau, 4),
+        "baseline_tokens_per_s": b["tokens_per_s"],
+        "speculative_tokens_per_s": s["tokens_per_s"],
+        "speedup": round(s["tokens_per_s"] / b["tokens_per_s"], 4),
+        "baseline_decode_tokens_per_s": b["decode_tokens_per_s"],
+        "speculative_decode_tokens_per_s": s["decode_tokens_per_s"],
     }
 
 

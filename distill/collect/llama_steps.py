@@ -97,9 +97,9 @@ class LlamaSteps:
         the buffers -> the last position's logits (B, V). Prompts of ROW_PREFILL tokens or more run one row at a
         time: unpadded, attention takes its causal kernel, which skips the blocks above the diagonal that a padding
         mask makes it compute (half the work at 4K tokens, and no (B, L, L) mask), and one long row fills a device."""
-        L = ids.shape[1]
+        L, real = ids.shape[1], mask.sum(-1)  # real: (B,) prompt tokens of each row
         if L >= ROW_PREFILL:
-            logits = torch.cat([self._prefill_row(b, ids[b, L - n:], L) for b, n in enumerate(mask.sum(-1).tolist())])
+            logits = torch.cat([self._prefill_row(b, ids[b, L - n:], L) for b, n in enumerate(real.tolist())])
         else:
             cache = DynamicCache(config=self.model.config)
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, **{cache_arg(self.model): cache},
@@ -107,7 +107,6 @@ class LlamaSteps:
             for li, layer in enumerate(cache.layers):
                 self.k[li, :, :, :L].copy_(layer.keys)
                 self.v[li, :, :, :L].copy_(layer.values)
-        real = mask.sum(-1)  # (B,) prompt tokens of each row
         self.pos.copy_(real)  # the next token's rotary position: after the row's own tokens
         self.valid_from.copy_(L - real)
         self.slot.fill_(L)
