@@ -94,6 +94,13 @@ def test_a_normal_tiny_run_passes_the_check(tiny_collected, long_collected, tmp_
         memory_fit.check(cfg, _examples(cfg), _Accelerator())  # this host's memory: no error
 
 
+def test_the_memory_check_sizes_a_parallel_draft_that_keeps_every_anchor(tiny_collected, tmp_path):
+    """--parallel-keep 1 (every mask level keeps all anchors) is allowed; its estimate is the finite sum of the
+    levels, not keep / (1 - keep) (a division by zero)."""
+    cfg = cli.parse(TrainConfig, _argv(tiny_collected, tmp_path / "run", "--parallel", "4", "--parallel-keep", "1"))
+    memory_fit.check(cfg, _examples(cfg), _Accelerator())
+
+
 @pytest.mark.parametrize("design", ["standalone", "feature_head"])
 def test_a_step_that_cannot_fit_is_refused_before_the_draft_is_built(long_collected, tmp_path, monkeypatch, design):
     monkeypatch.setattr(memory_fit, "available", lambda device, processes=1: 96 * 2**20)

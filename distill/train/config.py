@@ -62,7 +62,7 @@ class TrainConfig:
     parallel: int = field(default=0, metadata={"help": "K >= 2: also train a mask token, mask k after an anchor "
                           "predicting the (k+1)-th next token, so one forward proposes K (0 = a chain draft)"})
     parallel_keep: float = field(default=0.5, metadata={"help": "conditional drop: each mask level keeps this share of "
-                                 "the level below's anchors (an example packs <= T + n keep / (1 - keep) + K tokens)"})
+                                 "the level below's anchors (an example packs <= T + n (keep + ... + keep^(K-1)) + K tokens)"})
     parallel_weight: str = field(default="uniform", metadata={"help": "uniform | accepted: weigh a mask row by the "
                                  "draft's chance of being accepted up to it (PARD-2's aim: accepted length)"})
     # --- objective and optimisation

@@ -139,7 +139,8 @@ def target_bytes(tc, tokens: int, act: int) -> int:
 def step_bytes(cfg, s: Shape, tc, B: int, T: int, N: int, act: int, world: int, zero: bool) -> int:
     """Peak bytes of one training step on a micro-batch of B sequences padded to T tokens, N of them trained."""
     if cfg.parallel:  # mask levels packed after the sequence (parallel_batches): longer rows, a (B, 1, L, L) mask
-        T = T + math.ceil(T * cfg.parallel_keep / (1 - cfg.parallel_keep)) + cfg.parallel
+        # levels 1..K-1 keep keep^k of the anchors each (parallel_batches.anchor_levels); keep 1: all of them
+        T = T + math.ceil(T * sum(cfg.parallel_keep ** k for k in range(1, cfg.parallel))) + cfg.parallel
         N = B * T
     total = (state_bytes(s, act, world, zero) + activation_bytes(s, B, T, act, cfg.gradient_checkpointing)
              + mask_bytes(s, T, act) + loss_bytes(s, N, cfg.loss_chunk_mb * 2**20) + 24 * B * T)  # ids, mask, sel
