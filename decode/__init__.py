@@ -2,7 +2,6 @@
 
 from decode.drafting.sampling import SamplingParams
 from decode.drafting.speculative import (
-    Stats,
     accept,
     accept_greedy,
     accept_sampled,
@@ -10,6 +9,7 @@ from decode.drafting.speculative import (
     propose,
     verify,
 )
+from decode.drafting.stats import Stats
 from decode.options import DecodeOptions
 
 __all__ = [

@@ -180,6 +180,7 @@ CASES = [
     Case("bench", "--gamma four", lambda env: _bench(env, "--gamma", "four"), "--gamma: cannot parse 'four'"),
     Case("bench", "--tree-nodes 1000", lambda env: _bench(env, "--tree-nodes", "1000"), "--tree-nodes must be in 0..64"),
     Case("bench", "--limit -1", lambda env: _bench(env, "--limit", "-1"), "--limit must be >= 0"),
+    Case("bench", "--draft-context -1", lambda env: _bench(env, "--draft-context", "-1"), "--draft-context must be >= 0"),
     Case("bench", "--schedule that does not exist", lambda env: _bench(env, "--schedule", "fastest"),
          "--schedule must be one of"),
     Case("bench", "--device mps on a machine without it", lambda env: _bench(env, "--device", "mps"),

@@ -129,3 +129,23 @@ def test_v_at_interpolates_between_measured_gammas_and_extends_the_last_slope():
     assert costmodel.v_at({2: 1.05, 3: 1.3}, 1) == 1.0  # extended below the range, never under one target step
     with pytest.raises(ValueError):
         costmodel.v_at({}, 2)
+
+
+def test_the_cost_model_at_a_context_bucket_splits_off_the_prompt_forwards():
+    """decode.bench.context_cost: t1 from the target alone's decoding steps (prompt forwards left out), d and v a
+    round, and the prompt forwards in target steps; the predictions follow from them."""
+    from decode.bench.context_cost import bucket_model
+    from decode.drafting.stats import Stats
+
+    # the target alone: 2 calls of 21 tokens, each a 1.0 s prompt forward then 20 steps of 0.1 s
+    base = Stats(new_tokens=42, generations=2, target_forwards=42, target_seconds=6.0, target_prompt_seconds=2.0)
+    # speculative: the same prompts, 10 rounds of 0.12 s verifications and 0.05 s drafting, plus 0.2 s draft prompt
+    spec = Stats(new_tokens=42, generations=2, rounds=10, accepted=30, target_forwards=12,
+                 target_seconds=2.0 + 1.2, target_prompt_seconds=2.0, draft_seconds=0.4 + 0.5,
+                 draft_prompt_seconds=0.4)
+    m = bucket_model(spec, base)
+    assert (m["target_step_ms"], m["v"], m["draft_per_round"]) == (100.0, 1.2, 0.5)
+    assert (m["target_prompt_steps"], m["draft_prompt_steps"]) == (10.0, 2.0)
+    assert m["predicted_decode_speedup"] == round(4.0 / 1.7, 4)  # τ = 40 / 10 a round of 1.7 steps
+    assert m["predicted_speedup"] == round(30 / (10 + 2 + 20 * 1.7 / 4), 4)
+    assert bucket_model(spec, Stats(generations=2, target_forwards=2)) is None  # no decoding step to time

@@ -38,3 +38,15 @@ def test_greedy_at_a_6k_token_prompt_is_the_targets_own(case, runner):
     out, stats = generate(wrapped, draft, prompt, N_NEW, DecodeOptions(gamma=3, schedule="constant"))
     assert alone == out == want, runner
     assert 0 < stats.accepted < stats.proposed  # rollbacks at a long context, not only full accepts
+
+
+def test_a_draft_reading_the_prompts_last_window_leaves_the_output_unchanged(case):
+    """--draft-context 512: the draft's prompt forward reads the last 512 tokens only; the output is the target's."""
+    target, draft, prompt, want = case
+    runner, fed = FastLlama(draft), []
+    forward = runner.forward
+    runner.forward = lambda ids, cache, n, **kw: fed.append(len(ids)) or forward(ids, cache, n, **kw)
+    out, stats = generate(target, runner, prompt, N_NEW, DecodeOptions(gamma=3, schedule="constant", draft_context=512))
+    assert out == want
+    assert fed[0] == 512 and max(fed[1:]) < 8  # the window, then a round's few tokens at a time
+    assert stats.proposed > 0  # (a random model's next token hangs on all 6,000 random tokens: few are accepted)

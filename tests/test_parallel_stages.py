@@ -12,7 +12,7 @@ import torch
 
 from decode import DecodeOptions, bench, generate
 from decode.bench import parallel_cost
-from decode.drafting.speculative import Stats
+from decode.drafting.stats import Stats
 from distill.evaluate import positions
 from tests.test_decode_bench import MAX_NEW, _folders, _run
 

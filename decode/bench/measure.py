@@ -14,7 +14,8 @@ from decode.bench.anchors import hf_generate
 from decode.bench.config import BenchConfig, draft_kind, hf_skip_reason
 from decode.bench.results import context_bucket, rate, result_entry
 from decode.drafting import lossless
-from decode.drafting.speculative import Stats, decode_rate, generate
+from decode.drafting.speculative import generate
+from decode.drafting.stats import Stats, decode_rate
 from decode.models.targets import (
     eos_ids,
 )

@@ -8,8 +8,9 @@ import torch
 from decode.bench import costmodel, parallel_cost
 from decode.bench.anchors import hf_confidence
 from decode.bench.config import BenchConfig
+from decode.bench.context_cost import bucket_model
 from decode.drafting import lossless
-from decode.drafting.speculative import Stats
+from decode.drafting.stats import Stats
 from decode.drafting.tree import static_tree
 
 # context-length buckets (prompt tokens): per_context groups a run's prompts by them
@@ -52,6 +53,7 @@ def result_entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prom
         "lookup_tokens": cfg.lookup_tokens,
         "tree_nodes": cfg.tree_nodes,
         "draft_weights": cfg.draft_weights,
+        "draft_context": cfg.draft_context,
         "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s", "prefill_seconds", "decode_tokens_per_s")},
         "hf_generate": hf_rows.get("hf_generate"),  # transformers' target alone: the anchor, hf_assisted's reference
         "hf_generate_static": hf_rows.get("hf_generate_static"),  # the same with a static cache, compiled (GPU only)
@@ -92,6 +94,7 @@ def _group(prompts: int, spec: Stats, base: Stats) -> dict:
         "prompts": prompts,
         "tokens": spec.new_tokens,
         "acceptance_rate": round(spec.acceptance_rate, 4),
+        "draft_acceptance_rate": round(draft_alpha(s), 4),  # the draft's own proposals (lookup's left out)
         "tau": round(spec.tau, 4),
         "baseline_tokens_per_s": b["tokens_per_s"],
         "speculative_tokens_per_s": s["tokens_per_s"],
@@ -102,10 +105,12 @@ def _group(prompts: int, spec: Stats, base: Stats) -> dict:
 
 
 def _per_context(a: dict, base_cat: dict) -> dict:
-    """_per_category's rows by context bucket, shortest first, named without the "ctx " prefix."""
+    """_per_category's rows by context bucket, shortest first, named without the "ctx " prefix, each with the cost
+    model at its length (decode.bench.context_cost)."""
     rows = _per_category(a, base_cat, lambda name: name.startswith("ctx "))
     order = [name for _, name in CONTEXT_BUCKETS] + [">=8K"]
-    return {name: rows["ctx " + name] for name in order if "ctx " + name in rows}
+    return {name: {**rows["ctx " + name], "cost_model": bucket_model(a["cat"]["ctx " + name], base_cat["ctx " + name])}
+            for name in order if "ctx " + name in rows}
 
 
 def _cost_model(cfg: BenchConfig, spec: Stats, b: dict, lat: dict, speedup: float) -> dict:
@@ -186,6 +191,12 @@ def _predict(cfg: BenchConfig, p: float, lookup_model: dict | None, c: float, vs
         return costmodel.speedup_with_lookup(p, cfg.gamma, c, vs, lookup_model["share"], lookup_model["alpha_iid"],
                                              lookup_model["tokens"], v_draft=v_draft)
     return costmodel.speedup(p, cfg.gamma, c, v_draft, draft_ratio(spec))
+
+
+def draft_alpha(s: dict) -> float:
+    """α of the draft's own proposals, from a Stats.as_dict() (rounds proposed by context lookup left out)."""
+    proposed = s["proposed"] - s["lookup"]["proposed"]
+    return (s["accepted"] - s["lookup"]["accepted"]) / proposed if proposed else 0.0
 
 
 def draft_ratio(spec: Stats) -> float:

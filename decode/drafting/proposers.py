@@ -42,13 +42,16 @@ class Clock:
         event.record()
         return event
 
-    def stop(self, started, stats, name: str) -> None:
+    def stop(self, started, stats, *names: str) -> None:
+        """Add the time since `started` to each of the Stats fields `names`."""
         if not self.cuda:
-            setattr(stats, name, getattr(stats, name) + time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            for name in names:
+                setattr(stats, name, getattr(stats, name) + elapsed)
             return
         event = torch.cuda.Event(enable_timing=True)
         event.record()
-        self.marks.append((started, event, stats, name))
+        self.marks += [(started, event, stats, name) for name in names]
 
     def settle(self) -> None:
         for started, ended, stats, name in self.marks:
@@ -130,7 +133,7 @@ class DraftChain:
         self.cache = draft.new_cache(max_len)
         t0 = stats.clock.start()
         draft.forward(vocab.to_draft(prompt_ids), self.cache, 1)
-        stats.clock.stop(t0, stats, "draft_seconds")
+        stats.clock.stop(t0, stats, "draft_seconds", "draft_prompt_seconds")
         stats.draft_forwards += 1
         self.pending = [first]
         self.base = 0  # a tree round: the draft cache's length before its tree rows

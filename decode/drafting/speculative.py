@@ -23,7 +23,6 @@ or sampled, by the rules in decode.drafting.tree, so the output stays the target
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -33,6 +32,7 @@ from decode.drafting.parallel import ParallelDraft, mask_token
 from decode.drafting.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer
 from decode.drafting.sampling import SamplingParams, logits_to_probs, sample
 from decode.drafting.schedule import Memory, Schedule
+from decode.drafting.stats import Stats
 from decode.drafting.tree import keep_rows, rank_counts, verify_mask, walk_greedy, walk_sampled
 from decode.errors import UserError
 from decode.models.draft_folder import VocabMap
@@ -44,110 +44,6 @@ from decode.runners.graphs import GraphLlama
 from decode.runners.hf import sliding_window
 
 DEFAULTS = DecodeOptions()  # generate()'s options when none are given (read, never changed)
-
-
-@dataclass
-class Stats:
-    """Counts for one or many generate() calls (merge with +=)."""
-
-    new_tokens: int = 0
-    rounds: int = 0  # verification forwards of the target (prefill not counted)
-    proposed: int = 0
-    accepted: int = 0
-    target_forwards: int = 0  # prefill + verification
-    draft_forwards: int = 0
-    target_seconds: float = 0.0
-    draft_seconds: float = 0.0
-    seconds: float = 0.0
-    generations: int = 0  # generate() calls merged here
-    prefill_seconds: float = 0.0  # of `seconds`: from the call to its first token (the prompt's forward)
-    accept_histogram: list[int] = field(default_factory=list)  # [k] = rounds that accepted exactly k drafts
-    full_rounds: int = 0  # rounds that accepted every proposal
-    lookup_rounds: int = 0  # of `rounds`: proposals from context lookup (no draft forward)
-    lookup_proposed: int = 0
-    lookup_accepted: int = 0
-    lookup_full: int = 0
-    tree_rounds: int = 0  # of `rounds`: rounds that verified a token tree
-    tree_nodes: int = 0  # nodes those rounds verified
-    tree_levels: int = 0  # draft forwards those rounds ran (level 0 and each expanded level)
-    draft_tokens: int = 0  # draft steps behind the proposals of a draft with its own tokenizer (decode.drafting.translate)
-    # "depth.rank" -> [accepted, offered]: how often the target took the draft's rank-r child at each depth
-    tree_ranks: dict = field(default_factory=dict)
-    # times the phases: the wall clock unless generate() gives one for its device (CUDA events on a GPU)
-    clock: Clock = field(default_factory=lambda: Clock(torch.device("cpu")), repr=False, compare=False)
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    @property
-    def tau(self) -> float:
-        """Tokens emitted per verification forward (accepted + 1)."""
-        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
-
-    def record(self, g: int, n: int, looked: bool) -> None:
-        """Count one round that proposed g tokens (by context lookup when `looked`) and accepted n."""
-        self.rounds += 1
-        self.proposed += g
-        self.accepted += n
-        if len(self.accept_histogram) <= n:
-            self.accept_histogram.extend([0] * (n + 1 - len(self.accept_histogram)))
-        self.accept_histogram[n] += 1
-        full = int(g > 0 and n == g)
-        self.full_rounds += full
-        if looked:
-            self.lookup_rounds += 1
-            self.lookup_proposed += g
-            self.lookup_accepted += n
-            self.lookup_full += full
-
-    def __iadd__(self, other: Stats) -> Stats:
-        for name in ("new_tokens", "rounds", "proposed", "accepted", "target_forwards", "draft_forwards",
-                     "target_seconds", "draft_seconds", "seconds", "generations", "prefill_seconds", "full_rounds",
-                     "lookup_rounds", "lookup_proposed", "lookup_accepted", "lookup_full", "tree_rounds", "tree_nodes",
-                     "tree_levels", "draft_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for key, (hit, offered) in other.tree_ranks.items():
-            mine = self.tree_ranks.setdefault(key, [0, 0])
-            mine[0], mine[1] = mine[0] + hit, mine[1] + offered
-        h = self.accept_histogram
-        h.extend([0] * (len(other.accept_histogram) - len(h)))
-        for k, c in enumerate(other.accept_histogram):
-            h[k] += c
-        return self
-
-    def as_dict(self) -> dict:
-        return {
-            "tokens": self.new_tokens,
-            "seconds": round(self.seconds, 4),
-            "tokens_per_s": round(self.new_tokens / self.seconds, 3) if self.seconds else 0.0,
-            # after the first token: the decoding rate at the prompt's length, without its forward (TTFT's share)
-            "prefill_seconds": round(self.prefill_seconds, 4),
-            "decode_tokens_per_s": decode_rate(self.new_tokens, self.generations, self.seconds, self.prefill_seconds),
-            "acceptance_rate": round(self.acceptance_rate, 4),
-            "tau": round(self.tau, 4),
-            "proposed": self.proposed,
-            "accepted": self.accepted,
-            "rounds": self.rounds,
-            "target_forwards": self.target_forwards,
-            "draft_forwards": self.draft_forwards,
-            "target_seconds": round(self.target_seconds, 4),
-            "draft_seconds": round(self.draft_seconds, 4),
-            "accept_histogram": list(self.accept_histogram),
-            "full_rounds": self.full_rounds,
-            "draft_tokens": self.draft_tokens,
-            "tree": {"rounds": self.tree_rounds, "nodes": self.tree_nodes, "levels": self.tree_levels, "ranks": dict(self.tree_ranks),
-                     "nodes_per_pass": round(self.tree_nodes / self.tree_rounds, 3) if self.tree_rounds else 0.0},
-            "lookup": {"rounds": self.lookup_rounds, "proposed": self.lookup_proposed,
-                       "accepted": self.lookup_accepted, "full_rounds": self.lookup_full},
-        }
-
-
-def decode_rate(tokens: int, calls: int, seconds: float, first_seconds: float) -> float:
-    """Tokens a second after each call's first token: (tokens - calls) over (seconds - first_seconds); 0 when
-    nothing came after a first token."""
-    rest = seconds - first_seconds
-    return round((tokens - calls) / rest, 3) if rest > 0 and tokens > calls else 0.0
 
 
 def verify(target, cache, last: int, proposals: list[int], stats: Stats) -> torch.Tensor:
@@ -288,7 +184,7 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
     stats = Stats(clock=Clock(target.device))
     # the adaptive schedule resumes from the last generation's estimates for this draft and these options
     key = (options.gamma, options.tree_nodes, options.lookup, options.lookup_tokens, options.draft_weights,
-           sampling.greedy)
+           options.draft_context, sampling.greedy)
     sched = Schedule(options.schedule, options.gamma if draft is not None or options.lookup else 0, options.confidence,
                      tree=options.tree_nodes > 0, carried=memory.get(draft, key))
     # room for the longest round: 4γ drafts, or a tree's nodes (verified) and the draft's expanded nodes (at most
@@ -298,7 +194,7 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
     t_cache = target.new_cache(max_len)
     t0 = stats.clock.start()
     logits = target.forward(prompt_ids, t_cache, 1)  # (1, V)
-    stats.clock.stop(t0, stats, "target_seconds")
+    stats.clock.stop(t0, stats, "target_seconds", "target_prompt_seconds")
     stats.target_forwards += 1
     out = [accept([], logits, sampling, None, generator)[1]]
     stats.generations, stats.prefill_seconds = 1, time.perf_counter() - start
@@ -364,6 +260,7 @@ def _proposers(target, draft, options: DecodeOptions, sched: Schedule, vocab: Vo
                first: int, max_len: int, device: torch.device, generator, stats: Stats) -> list[Proposer]:
     """Context lookup (options.lookup > 0), then the draft (when there is one), in the order they are asked."""
     proposers = []
+    seen = prompt_ids[-options.draft_context:] if options.draft_context else prompt_ids  # what a draft model reads
     if options.lookup:
         proposers.append(ContextLookup(options.lookup, options.lookup_tokens, options.sampling, vocab.target_vocab,
                                        device))
@@ -371,14 +268,14 @@ def _proposers(target, draft, options: DecodeOptions, sched: Schedule, vocab: Vo
         proposers.append(HeadChain(draft, VocabMap(draft.draft_ids(), vocab.target_vocab), target, prompt_ids, first,
                                    max_len, options.sampling, sched.confidence, options.tree_nodes, generator, stats))
     elif isinstance(draft, OtherTokenizerDraft):  # its own tokenizer: proposals through the text
-        proposers.append(translate.proposer(draft, options, sched.confidence, prompt_ids, first, max_len, generator,
+        proposers.append(translate.proposer(draft, options, sched.confidence, seen, first, max_len, generator,
                                             stats))
     elif draft is not None:
         draft = runner_for(draft, weights=options.draft_weights)
         on_device = isinstance(target, GraphLlama) and isinstance(draft, GraphLlama)  # the GPU path (or its CPU test)
         mask = mask_token(draft.config)  # a parallel draft: one forward a round (decode.drafting.parallel)
         kind = DraftChain if mask is None else partial(ParallelDraft, mask=mask)
-        proposers.append(kind(draft, vocab, prompt_ids, first, max_len, options.sampling, sched.confidence,
+        proposers.append(kind(draft, vocab, seen, first, max_len, options.sampling, sched.confidence,
                               options.tree_nodes, generator, stats, on_device=on_device))
     return proposers
 

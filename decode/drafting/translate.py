@@ -88,14 +88,14 @@ class DraftText:
         self.full = len(prompt) + margin > self.capacity  # the draft's context cannot hold the prompt: it never proposes
         self.cache = runner.new_cache(self.capacity)
         if not self.full:
-            self.forward(prompt)
+            self.forward(prompt, prompt=True)
         self.commit([first])
 
-    def forward(self, ids: list[int], tree=None) -> torch.Tensor:
+    def forward(self, ids: list[int], tree=None, prompt: bool = False) -> torch.Tensor:
         """One draft forward over ids (timed and counted) -> logits (len(ids) when a tree, else 1, V_draft)."""
         t0 = self.stats.clock.start()
         logits = self.runner.forward(ids, self.cache, len(ids) if tree is not None else 1, tree=tree)
-        self.stats.clock.stop(t0, self.stats, "draft_seconds")
+        self.stats.clock.stop(t0, self.stats, "draft_seconds", *(("draft_prompt_seconds",) if prompt else ()))
         self.stats.draft_forwards += 1
         return logits
 
