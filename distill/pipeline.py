@@ -94,7 +94,7 @@ class PipelineConfig:
             "train": {"max_steps": 40, "eval_every": 20, "save_every": 20},
             "head": {"max_steps": 40, "eval_every": 20, "save_every": 20},
             "parallel": {"max_steps": 20, "eval_every": 20, "save_every": 20},
-            "evaluate": {"limit": 8, "max_new_tokens": 32},
+            "evaluate": {"limit": 8, "max_new_tokens": 32, "long_prompts": ""},
         },
         # the best draft this 2-core box makes in under 2 hours: four answers per prompt (~230k tokens, the top of
         # configs/sweep/data_scaling.yaml's curve) and the longer schedule of configs/train/four-passes.yaml;
@@ -111,7 +111,7 @@ class PipelineConfig:
         "long": {"designs": ["standalone", "parallel"],
                  "collect": {"prompts": "train+long", "batch_size": 8},  # 8 rows of 7K tokens: ~2.4 GB of KV cache
                  **{k: {"max_seq_len": LONG_SEQ, "batch_tokens": LONG_SEQ} for k in ("train", "parallel")},
-                 "evaluate": {"prompts": "heldout+long-heldout", "limit": 26}},  # 2 of each of 13 categories
+                 "evaluate": {"prompts": "heldout+long-heldout", "limit": 26, "long_prompts": ""}},  # 2 a category
     }
 
     def __post_init__(self):

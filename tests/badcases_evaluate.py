@@ -49,6 +49,8 @@ CASES = [
          "--parallel-gamma must be in 1..64"),
     Case("evaluate", "--tree-nodes 65", lambda env: _ev(env, "--drafts", "x", "--tree-nodes", "65"), "--tree-nodes"),
     Case("evaluate", "--lookup negative", lambda env: _ev(env, "--drafts", "x", "--lookup", "[0, -1]"), "--lookup"),
+    Case("evaluate", "--long-limit negative", lambda env: _ev(env, "--drafts", "x", "--long-limit", "-1"),
+         "--long-limit must be >= 0"),
     Case("evaluate", "prompt file that does not exist",
          lambda env: _ev(env, "--drafts", "x", "--prompts", str(env.tmp / "missing.jsonl")), "missing.jsonl"),
     Case("evaluate", "prompt category unknown",

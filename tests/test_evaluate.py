@@ -330,3 +330,24 @@ def test_the_size_of_the_evaluation_is_said_before_the_target_loads(tiny_pair, t
         evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"], tiny_pair["random"]]))
     assert ("evaluating 4 draft x γ runs on 4 prompts x up to 8 new tokens (one shared target-alone baseline); "
             "--limit N takes N prompts, in turn from each category, for a shorter run") in capsys.readouterr().err
+
+
+def test_the_long_check_times_each_designs_best_again_on_long_prompts(tiny_pair, tmp_path):
+    """--long-prompts: the fastest trained entry of each kind, again on the long set, against its own baseline; a
+    prompt the target's 512 positions cannot hold is left out with a note (distill/evaluate/long_check.py)."""
+    long = tmp_path / "long.jsonl"
+    rows = [{"id": f"l{n}", "category": "long_qa", "messages": [{"role": "user", "content": "word " * n + "Why?"}]}
+            for n in (300, 2000)]
+    long.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"], tiny_pair["random"]], gamma=2,
+                            long_prompts=str(long), long_limit=2))
+    report = json.loads((tmp_path / "report.json").read_text())
+    lc = report["long_check"]
+    assert lc["prompts"] == 1 and lc["buckets"] == ["<512"] and len(lc["entries"]) == 1  # both drafts: standalone
+    e = lc["entries"][0]
+    assert e["label"] == report["best"]["label"] and e["lossless"] is True and e["alpha_kept"] > 0.9  # its own copy
+    assert any("1 of 2 prompts" in n for n in report["notes"])
+    assert "## Long prompts: 1 of" in (tmp_path / "report.md").read_text()
+    from distill.evaluate import report as rep
+
+    assert "\nat long prompts (1 of " in rep.headline(res)  # the second line the pipeline prints

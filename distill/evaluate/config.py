@@ -35,6 +35,11 @@ class EvalConfig:
                                                                   "chain), or a list to compare, e.g. [0, 6]"})
     draft_weights: str = field(default=DecodeOptions.draft_weights, metadata={"help": "float32 | float16 | int8: drafts run with weights "
                                                                 "stored so on CPU (decode.runners.smallgemm: a cheaper draft step)"})
+    draft_context: int = field(default=DecodeOptions.draft_context, metadata={"help": "standalone drafts read only "
+                               "the prompt's last N tokens (0 = all; a cheaper draft prompt forward at long prompts)"})
+    long_prompts: str = field(default="", metadata={"help": "also time each design's best configuration on this long "
+                              "prompt set, e.g. long-heldout (distill/evaluate/long_check.py; empty = off)"})
+    long_limit: int = field(default=3, metadata={"help": "prompts of --long-prompts, taken in turn from each category"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
     # constant here, not the decoder's adaptive default: the sweep measures each design at each γ as it is (the
     # cost model predicts a constant γ)
@@ -68,11 +73,14 @@ class EvalConfig:
                             f"got {bad[0]}")
         for g, n, k in product(self.gammas() + self.parallel_gammas(), self.lookups(), self.tree_sizes()):
             DecodeOptions(gamma=g, schedule=self.schedule, lookup=n, lookup_tokens=self.lookup_tokens, tree_nodes=k,
-                          draft_weights=self.draft_weights, temperature=self.temperature)  # the checks live there
+                          draft_weights=self.draft_weights, draft_context=self.draft_context,
+                          temperature=self.temperature)  # the checks live there
         check_load_format(self.load_format)
         if self.anchors == "vllm" and self.load_format == "dummy":  # vLLM reads the target folder's weights itself
             raise UserError("--load-format dummy builds the target in transformers; vLLM's anchors would serve other "
                             "weights: use --anchors hf (or none)")
+        if self.long_limit < 0:
+            raise UserError(f"--long-limit must be >= 0 (prompts of --long-prompts; 0 = off), got {self.long_limit}")
         if self.checkpoints not in ("all", "last"):
             raise UserError(f"--checkpoints must be 'all' or 'last', got {self.checkpoints!r}")
         if not self.run and not self.drafts and not self.drafts_extra:

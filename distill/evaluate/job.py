@@ -39,7 +39,7 @@ from decode.errors import UserError
 from decode.models.draft_folder import read_meta
 from decode.models.targets import eos_ids, load_target
 from distill.collect import vllm_engine
-from distill.evaluate import timing, vllm_anchors
+from distill.evaluate import long_check, timing, vllm_anchors
 from distill.evaluate.config import EvalConfig
 from distill.evaluate.kinds import design_kind
 from distill.evaluate.offshelf import is_off_the_shelf
@@ -116,6 +116,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
                  design=meta.get("design"), kind=design_kind(meta.get("design"), e.get("draft_kind")),
                  trained=not spec.startswith("layers:") and not shelf, off_the_shelf=shelf)
         entries.append(e)
+    long = long_check.measure(cfg, target, tok, runs, entries, notes)  # runs[i] made entries[i]
     del runs
 
     anchors = {}
@@ -129,6 +130,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
               "command": command or "python -m distill.evaluate " + " ".join(argv or []),
               "run": str(run_dir) if run_dir else None, "entries": entries, "anchors": anchors, "errors": errors,
               "notes": notes,
+              "long_check": long,
               "training_proxy": training_proxy(run_dir) if run_dir else [],
               "timing_check": timing.check({"entries": entries})}
     # imported on use, not at the top: `python -m distill.evaluate.report` then runs that module once, as __main__

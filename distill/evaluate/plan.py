@@ -150,6 +150,7 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
                                max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
                                lookup_tokens=cfg.lookup_tokens, tree_nodes=k,
                                draft_weights=DecodeOptions.draft_weights if head else cfg.draft_weights,
+                               draft_context=cfg.draft_context,
                                temperature=cfg.temperature, seed=cfg.seed, device=str(target.device), dtype=cfg.dtype,
                                hf_static=cfg.hf_static)
             runs.append((draft, bcfg, cfg.hf_anchors() and main and n == cfg.lookups()[0] and not k))

@@ -12,7 +12,7 @@ from pathlib import Path
 from decode import cli
 from decode.drafting import lossless
 from decode.errors import UserError
-from distill.evaluate import offshelf, positions, timing
+from distill.evaluate import long_check, offshelf, positions, timing
 from distill.evaluate.kinds import kind
 
 # the plots distill.evaluate writes, in report order: by training step, by γ, the design map
@@ -86,7 +86,8 @@ def headline(result: dict) -> str:
     return (f"{timing.headline_note(result)}best draft {b['draft']} ({what}γ={b['gamma']}{lookup}): speedup {b['speedup']}x over the target alone "
             f"(cost model predicted {b['predicted_speedup']}x, {b['prediction_error']:+.1%}{_in_run_note(b)}), "
             f"α={b['acceptance_rate']}, τ={b['tau']}, "
-            f"lossless={lossless.describe(b)}{skipped}; report: {result.get('output')}/report.md")
+            f"lossless={lossless.describe(b)}{skipped}; report: {result.get('output')}/report.md"
+            + long_check.headline(result))
 
 
 def _in_run_note(b: dict) -> str:
@@ -151,6 +152,7 @@ def markdown(result: dict, pngs: list[str]) -> str:
                   "have no layers to cut)"]
     if vl:
         lines += vllm_lines(vl)
+    lines += long_check.lines(result)  # [] without --long-prompts
     lines += positions.table(entries)  # [] without a parallel draft
     lines += offshelf.lines(result)  # [] without an off-the-shelf draft
     if result.get("notes"):
