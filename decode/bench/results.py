@@ -94,7 +94,7 @@ def _group(prompts: int, spec: Stats, base: Stats) -> dict:
         "prompts": prompts,
         "tokens": spec.new_tokens,
         "acceptance_rate": round(spec.acceptance_rate, 4),
-        "draft_acceptance_rate": round(draft_alpha(s), 4),  # the draft's own proposals (lookup's left out)
+        "draft_acceptance_rate": _round(draft_alpha(s)),  # the draft's own proposals (lookup's left out)
         "tau": round(spec.tau, 4),
         "baseline_tokens_per_s": b["tokens_per_s"],
         "speculative_tokens_per_s": s["tokens_per_s"],
@@ -193,10 +193,15 @@ def _predict(cfg: BenchConfig, p: float, lookup_model: dict | None, c: float, vs
     return costmodel.speedup(p, cfg.gamma, c, v_draft, draft_ratio(spec))
 
 
-def draft_alpha(s: dict) -> float:
-    """α of the draft's own proposals, from a Stats.as_dict() (rounds proposed by context lookup left out)."""
+def draft_alpha(s: dict) -> float | None:
+    """α of the draft's own proposals, from a Stats.as_dict() (rounds proposed by context lookup left out); None
+    where the draft proposed nothing (every round was lookup's, or the target alone's)."""
     proposed = s["proposed"] - s["lookup"]["proposed"]
-    return (s["accepted"] - s["lookup"]["accepted"]) / proposed if proposed else 0.0
+    return (s["accepted"] - s["lookup"]["accepted"]) / proposed if proposed else None
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def draft_ratio(spec: Stats) -> float:

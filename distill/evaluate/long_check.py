@@ -16,7 +16,7 @@ from decode.prompts import encode_prompt
 from distill.evaluate.kinds import kind
 from distill.prompts import load_prompts
 
-ALPHA_KEPT = 0.9  # below this share of its short-prompt α at the longest bucket, a draft is called short-prompt only
+ALPHA_KEPT = 0.9  # below this share of its short-prompt α on the long prompts, a draft is called short-prompt only
 
 
 def chosen(entries: list[dict]) -> list[int]:
@@ -55,19 +55,27 @@ def measure(cfg, target, tok, runs: list[tuple], entries: list[dict], notes: lis
 def _row(short: dict, r: dict) -> dict:
     """One draft's long-prompt numbers beside its short-prompt ones from the main run."""
     s, b = r["speculative"], r["baseline"]
-    longest = r["per_context"][list(r["per_context"])[-1]]
-    # kept: the draft's own α (lookup's proposals left out: at long prompts they copy from the document and would
-    # hide a draft that lost its acceptance)
-    d_short = draft_alpha(short["speculative"])
+    # kept: the draft's own α over all the long prompts (lookup's proposals left out: at long prompts they copy from
+    # the document and would hide a draft that lost its acceptance; a bucket of one prompt may hold no draft round)
+    d_short, d_long = draft_alpha(short["speculative"]), draft_alpha(s)
     return {"label": short["label"], "kind": kind(short), "gamma": short["gamma"],
             "short": {"acceptance_rate": short["speculative"]["acceptance_rate"], "draft_acceptance_rate":
-                      round(d_short, 4), "speedup": short["speedup"]},
-            "acceptance_rate": s["acceptance_rate"], "draft_acceptance_rate": round(draft_alpha(s), 4),
+                      _r(d_short), "speedup": short["speedup"]},
+            "acceptance_rate": s["acceptance_rate"], "draft_acceptance_rate": _r(d_long),
             "tau": s["tau"], "speedup": r["speedup"],
             "decode_speedup": round(s["decode_tokens_per_s"] / b["decode_tokens_per_s"], 4)
             if b["decode_tokens_per_s"] else None,
-            "alpha_kept": round(longest["draft_acceptance_rate"] / d_short, 4) if d_short else None,
+            "alpha_kept": kept(d_long, d_short),
             "lossless": r.get("lossless"), "per_context": r["per_context"]}
+
+
+def kept(d_long: float | None, d_short: float | None) -> float | None:
+    """The draft's own α on the long prompts over its α on the main ones (None where either is unmeasured)."""
+    return round(d_long / d_short, 4) if d_long is not None and d_short else None
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def lines(result: dict) -> list[str]:
@@ -77,9 +85,9 @@ def lines(result: dict) -> list[str]:
         return []
     out = ["", f"## Long prompts: {lc['prompts']} of `{lc['prompt_set']}` ({', '.join(lc['buckets'])} tokens)", "",
            "Each design's best configuration above, timed again on these prompts against the target alone.", "",
-           "α: all proposals (context lookup's too); draft α: the draft's own, and their share kept at the longest "
-           "bucket against the main prompts.", "",
-           "| draft | γ | α (short) | α (long) | draft α (short) | draft α (long) | kept at the longest | "
+           "α: all proposals (context lookup's too); draft α: the draft's own, and the share of it kept on these "
+           "prompts against the main ones.", "",
+           "| draft | γ | α (short) | α (long) | draft α (short) | draft α (long) | draft α kept | "
            "speedup (short) | speedup (long) | after the first token | lossless |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in lc["entries"]:
@@ -90,8 +98,8 @@ def lines(result: dict) -> list[str]:
                    f"{_x(e['decode_speedup'])}× | {e['lossless']} |")
     lost = [e["label"] for e in lc["entries"] if e["alpha_kept"] is not None and e["alpha_kept"] < ALPHA_KEPT]
     if lost:
-        out += ["", f"At {lc['buckets'][-1]} tokens {', '.join(lost)} keep{'s' if len(lost) == 1 else ''} less than "
-                f"{ALPHA_KEPT:.0%} of {'its' if len(lost) == 1 else 'their'} short-prompt α: for prompts this long, "
+        out += ["", f"On these prompts {', '.join(lost)} keep{'s' if len(lost) == 1 else ''} less than "
+                f"{ALPHA_KEPT:.0%} of {'its' if len(lost) == 1 else 'their'} short-prompt draft α: for long prompts, "
                 "train with `--preset long` (whole prompts up to 8,192 tokens) and use that draft there."]
     return out
 
@@ -103,7 +111,7 @@ def headline(result: dict) -> str:
     if e is None:
         return ""
     return (f"\nat long prompts ({lc['prompts']} of {lc['prompt_set']}, up to {lc['buckets'][-1]} tokens): α "
-            f"{e['acceptance_rate']} (the draft's own at the longest: {_x(e['alpha_kept'])} of its short-prompt α), speedup "
+            f"{e['acceptance_rate']} (the draft's own: {_x(e['alpha_kept'])} of its short-prompt α), speedup "
             f"{e['speedup']}x, {_x(e['decode_speedup'])}x after the first token"
             + (": for such prompts train with --preset long" if (e["alpha_kept"] or 1) < ALPHA_KEPT else ""))
 
