@@ -94,7 +94,7 @@ def _group(prompts: int, spec: Stats, base: Stats) -> dict:
         "prompts": prompts,
         "tokens": spec.new_tokens,
         "acceptance_rate": round(spec.acceptance_rate, 4),
-        "draft_acceptance_rate": _round(draft_alpha(s)),  # the draft's own proposals (lookup's left out)
+        "draft_acceptance_rate": rounded(draft_alpha(s)),  # the draft's own proposals (lookup's left out)
         "tau": round(spec.tau, 4),
         "baseline_tokens_per_s": b["tokens_per_s"],
         "speculative_tokens_per_s": s["tokens_per_s"],
@@ -200,7 +200,8 @@ def draft_alpha(s: dict) -> float | None:
     return (s["accepted"] - s["lookup"]["accepted"]) / proposed if proposed else None
 
 
-def _round(x: float | None) -> float | None:
+def rounded(x: float | None) -> float | None:
+    """x to 4 places, None kept (a rate that was not measured)."""
     return None if x is None else round(x, 4)
 
 

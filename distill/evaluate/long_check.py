@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from decode.bench.measure import measure_many
-from decode.bench.results import draft_alpha
+from decode.bench.results import draft_alpha, rounded
 from decode.prompts import encode_prompt
 from distill.evaluate.kinds import kind
 from distill.prompts import load_prompts
@@ -60,8 +60,8 @@ def _row(short: dict, r: dict) -> dict:
     d_short, d_long = draft_alpha(short["speculative"]), draft_alpha(s)
     return {"label": short["label"], "kind": kind(short), "gamma": short["gamma"],
             "short": {"acceptance_rate": short["speculative"]["acceptance_rate"], "draft_acceptance_rate":
-                      _r(d_short), "speedup": short["speedup"]},
-            "acceptance_rate": s["acceptance_rate"], "draft_acceptance_rate": _r(d_long),
+                      rounded(d_short), "speedup": short["speedup"]},
+            "acceptance_rate": s["acceptance_rate"], "draft_acceptance_rate": rounded(d_long),
             "tau": s["tau"], "speedup": r["speedup"],
             "decode_speedup": round(s["decode_tokens_per_s"] / b["decode_tokens_per_s"], 4)
             if b["decode_tokens_per_s"] else None,
@@ -72,10 +72,6 @@ def _row(short: dict, r: dict) -> dict:
 def kept(d_long: float | None, d_short: float | None) -> float | None:
     """The draft's own α on the long prompts over its α on the main ones (None where either is unmeasured)."""
     return round(d_long / d_short, 4) if d_long is not None and d_short else None
-
-
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 4)
 
 
 def lines(result: dict) -> list[str]:
