@@ -71,7 +71,8 @@ def test_the_isa_is_the_best_the_cpu_has_unless_forced(monkeypatch):
     """The default follows /proc/cpuinfo's flags; SPECDISTILL_SMALLGEMM_ISA forces one the CPU has, and names
     what is missing for one it lacks (no build here)."""
     monkeypatch.delenv(smallgemm.ISA_ENV, raising=False)
-    for flags, want in (({"avx512f", "avx2", "fma", "f16c"}, "avx512"), ({"avx2", "fma", "f16c"}, "avx2"),
+    for flags, want in (({"avx512f", "avx512vl", "avx2", "fma", "f16c"}, "avx512"), ({"avx2", "fma", "f16c"}, "avx2"),
+                        ({"avx512f", "avx2", "fma", "f16c"}, "avx2"),  # no VL: the attention's 32 ymm registers
                         ({"avx2", "fma"}, "portable"), (set(), "portable")):
         monkeypatch.setattr(smallgemm, "cpu_flags", lambda f=frozenset(flags): f)
         assert smallgemm.chosen_isa() == want

@@ -197,9 +197,11 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
     stats.clock.stop(t0, stats, "target_seconds", "target_prompt_seconds")
     stats.target_forwards += 1
     out = [accept([], logits, sampling, None, generator)[1]]
-    stats.generations, stats.prefill_seconds = 1, time.perf_counter() - start
     proposers = _proposers(target, draft, options, sched, VocabMap(vocab_map, logits.shape[-1]), prompt_ids, out[0],
                            max_len, logits.device, generator, stats)
+    # the first token comes after both prompt forwards, the draft's too, as engines run them (vLLM prefills the
+    # draft in the target's prefill step): the rate after it is the decoding rate alone
+    stats.generations, stats.prefill_seconds = 1, time.perf_counter() - start
 
     done = _stop_at(out, 0, eos, stop_strings, tokenizer, max_new_tokens)
     sched.start()  # the adaptive schedule times rounds from here

@@ -25,7 +25,7 @@ class Stats:
     draft_prompt_seconds: float = 0.0  # of draft_seconds: the draft's forward over the prompt, once a call
     seconds: float = 0.0
     generations: int = 0  # generate() calls merged here
-    prefill_seconds: float = 0.0  # of `seconds`: from the call to its first token (the prompt's forward)
+    prefill_seconds: float = 0.0  # of `seconds`: the call to its first token (both prompt forwards, the draft's too)
     accept_histogram: list[int] = field(default_factory=list)  # [k] = rounds that accepted exactly k drafts
     full_rounds: int = 0  # rounds that accepted every proposal
     lookup_rounds: int = 0  # of `rounds`: proposals from context lookup (no draft forward)

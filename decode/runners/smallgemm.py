@@ -47,7 +47,7 @@ SOURCES = (Path(__file__).parent / "csrc" / "smallgemm.cpp", Path(__file__).pare
 # ISA -> (the /proc/cpuinfo flags it needs, its compiler flags), best first; the source picks its code path from
 # the flags (decode/runners/csrc/smallgemm.cpp). portable needs nothing: plain C++ that runs on any CPU.
 ISAS = {
-    "avx512": ({"avx512f", "fma"}, ["-mavx512f", "-mfma"]),
+    "avx512": ({"avx512f", "avx512vl", "fma"}, ["-mavx512f", "-mavx512vl", "-mfma"]),
     "avx2": ({"avx2", "fma", "f16c"}, ["-mavx2", "-mfma", "-mf16c"]),
     "portable": (set(), []),
 }

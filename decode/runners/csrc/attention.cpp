@@ -13,25 +13,42 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
-// q . k_j for 8 keys k_0..k_7 (hd apart; hd a multiple of 8), key j's in lane j. Each key is summed the same way
-// wherever it sits (lanes of d, then pairwise), so a key's score does not depend on its neighbours.
-static inline __m256 dots8(const float* __restrict q, const float* __restrict k, int64_t hd) {
-  __m256 a[8];
-  for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+// q_r . k_j for R queries q_r (hd apart) and 8 keys k_0..k_7 (hd apart; hd a multiple of 8), scaled, into
+// out[r][0..8): each key's load is shared by the R queries. Each score is summed the same way whatever R is and
+// wherever the key sits (lanes of d in order, then pairwise), so a score does not depend on its neighbours.
+template <int R>
+static inline void dots8(const float* __restrict q, const float* __restrict k, int64_t hd, float scale,
+                         float* const* out) {
+  __m256 a[R][8];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) a[r][j] = _mm256_setzero_ps();
   for (int64_t d = 0; d < hd; d += 8) {
-    const __m256 qd = _mm256_loadu_ps(q + d);
-    for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k + j * hd + d), a[j]);
+    __m256 qd[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) qd[r] = _mm256_loadu_ps(q + r * hd + d);
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m256 kd = _mm256_loadu_ps(k + j * hd + d);
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) a[r][j] = _mm256_fmadd_ps(qd[r], kd, a[r][j]);
+    }
   }
-  // hadd twice: [k0..k3 low halves | k0..k3 high halves] and the same for k4..k7; then the halves added
-  const __m256 c0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 c1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(c0, c1, 0x20), _mm256_permute2f128_ps(c0, c1, 0x31));
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {  // hadd twice: [k0..k3 low halves | k0..k3 high halves], k4..k7 alike; halves added
+    const __m256 c0 = _mm256_hadd_ps(_mm256_hadd_ps(a[r][0], a[r][1]), _mm256_hadd_ps(a[r][2], a[r][3]));
+    const __m256 c1 = _mm256_hadd_ps(_mm256_hadd_ps(a[r][4], a[r][5]), _mm256_hadd_ps(a[r][6], a[r][7]));
+    const __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(c0, c1, 0x20), _mm256_permute2f128_ps(c0, c1, 0x31));
+    _mm256_storeu_ps(out[r], _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+  }
 }
 
 // exp(x) for x <= 0 (a score less its row's maximum): Cephes' degree-5 polynomial on x - n ln 2, times 2^n;
@@ -90,19 +107,42 @@ static void attend_scalar(const float* __restrict q, const float* __restrict key
 #if defined(__AVX2__) && defined(__FMA__)
 constexpr int64_t KEYS = 32;  // keys a block: their K or V rows (8 KB at hd 64) stay in L1 across the queries
 
-// o[0 .. 8C) += sum over j0 <= j < j1 of p_j v_j[0 .. 8C), in registers, each column summed over j in order
-template <int C>
-static inline void pv(const float* __restrict p, const float* __restrict vals, int64_t j0, int64_t j1, int64_t hd,
-                      float* __restrict o) {
-  __m256 acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = _mm256_loadu_ps(o + 8 * c);
+// o_r[0 .. 8C) += sum over j0 <= j < j1 of p_rj v_j[0 .. 8C) for R queries (p_r = p + r pstride), in registers,
+// each column summed over j in order whatever R is; each V load shared by the R queries. A masked (or
+// underflowed) p_rj = 0 adds exact zeros.
+template <int C, int R>
+static inline void pv(const float* __restrict p, int64_t pstride, const float* __restrict vals, int64_t j0,
+                      int64_t j1, int64_t hd, float* const* o, int64_t d0) {
+  __m256 acc[R][C];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_loadu_ps(o[r] + d0 + 8 * c);
   for (int64_t j = j0; j < j1; ++j) {
-    if (p[j] == 0.f) continue;  // masked out (or underflowed): adds nothing
-    const __m256 w = _mm256_set1_ps(p[j]);
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vals + j * hd + 8 * c), acc[c]);
+    __m256 w[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) w[r] = _mm256_broadcast_ss(p + r * pstride + j);
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m256 vj = _mm256_loadu_ps(vals + j * hd + d0 + 8 * c);
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(w[r], vj, acc[r][c]);
+    }
   }
-  for (int c = 0; c < C; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(o[r] + d0 + 8 * c, acc[r][c]);
 }
+
+// Queries a pass over a key block takes together, sharing each K and V load: at a long context the extra queries of
+// a verification (group x rows of them) are arithmetic on keys already in L1. 32 vector registers (AVX-512VL) hold
+// 3 queries' 8 accumulators; AVX2's 16 hold one query's (more would spill to the stack every key).
+#if defined(__AVX512VL__)
+constexpr int RQ = 3;
+#else
+constexpr int RQ = 1;
+#endif
 
 // The same for Q queries sharing one K/V head (hd a multiple of 8), over one block of `end` keys, key blocks
 // outermost so each is read from memory once for all Q. q: (Q, hd); masks[r]: query r's mask row over these keys or
@@ -124,16 +164,26 @@ static void attend_group(const float* __restrict q, int64_t Q, const float* __re
       std::copy(kb, kb + (end - j0) * hd, pad);
       kb = pad;
     }
-    for (int64_t r = 0; r < Q; ++r)
-      _mm256_storeu_ps(p + r * padded + j0, _mm256_mul_ps(dots8(q + r * hd, kb, hd), _mm256_set1_ps(scale)));
+    int64_t r = 0;
+    for (; r + RQ <= Q; r += RQ) {
+      float* out[RQ];
+      for (int i = 0; i < RQ; ++i) out[i] = p + (r + i) * padded + j0;
+      dots8<RQ>(q + r * hd, kb, hd, scale, out);
+    }
+    for (; r < Q; ++r) {
+      float* out[1] = {p + r * padded + j0};
+      dots8<1>(q + r * hd, kb, hd, scale, out);
+    }
   }
   for (int64_t r = 0; r < Q; ++r) {  // exp(score - max) and its sum, by lanes
     float* pr = p + r * padded;
     float top = neg, sum = 0.f;
     for (int64_t j = end; j < padded; ++j) pr[j] = neg;
-    if (masks[r])
-      for (int64_t j = 0; j < end; ++j)
+    if (masks[r]) {  // a long context's mask row is true but for its last few keys: skip to its first false
+      const void* hidden = std::memchr(masks[r], 0, end);
+      for (int64_t j = hidden ? static_cast<const bool*>(hidden) - masks[r] : end; j < end; ++j)
         if (!masks[r][j]) pr[j] = neg;
+    }
     __m256 mx = _mm256_set1_ps(neg);
     for (int64_t j0 = 0; j0 < padded; j0 += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(pr + j0));
     alignas(32) float lanes[8];
@@ -158,10 +208,16 @@ static void attend_group(const float* __restrict q, int64_t Q, const float* __re
   }
   for (int64_t j0 = 0; j0 < end; j0 += KEYS) {  // o_r = sum_j p_rj v_j, a block of V rows for every query
     const int64_t j1 = std::min(end, j0 + KEYS);
-    for (int64_t r = 0; r < Q; ++r) {
+    int64_t r = 0;
+    for (; r + RQ <= Q; r += RQ) {
       int64_t d0 = 0;
-      for (; d0 + 64 <= hd; d0 += 64) pv<8>(p + r * padded, vals + d0, j0, j1, hd, o[r] + d0);
-      for (; d0 < hd; d0 += 8) pv<1>(p + r * padded, vals + d0, j0, j1, hd, o[r] + d0);
+      for (; d0 + 64 <= hd; d0 += 64) pv<8, RQ>(p + r * padded, padded, vals, j0, j1, hd, o + r, d0);
+      for (; d0 < hd; d0 += 8) pv<1, RQ>(p + r * padded, padded, vals, j0, j1, hd, o + r, d0);
+    }
+    for (; r < Q; ++r) {
+      int64_t d0 = 0;
+      for (; d0 + 64 <= hd; d0 += 64) pv<8, 1>(p + r * padded, padded, vals, j0, j1, hd, o + r, d0);
+      for (; d0 < hd; d0 += 8) pv<1, 1>(p + r * padded, padded, vals, j0, j1, hd, o + r, d0);
     }
   }
 }
