@@ -71,6 +71,8 @@ def test_bench_result_schema_and_lossless(tmp_path, tiny_llama, tiny_tokenizer, 
     cm = r["per_context"]["<512"]["cost_model"]  # the cost model at this length (decode.bench.context_cost)
     assert cm["target_prompt_steps"] > 0 and cm["v"] > 0 and cm["draft_prompt_steps"] >= 0
     assert s["target_prompt_seconds"] < s["target_seconds"] and s["draft_prompt_seconds"] <= s["draft_seconds"]
+    # the first token comes after both prompt forwards, as engines count it
+    assert s["prefill_seconds"] >= s["target_prompt_seconds"] + s["draft_prompt_seconds"]
     assert r["cost_model"]["alpha"] == s["acceptance_rate"]
     # v at every γ the cost model may read (paired with one-token forwards, decode.bench.latency.verify_ratio), and which
     # matmul the target took for single tokens and prompts on this machine

@@ -347,7 +347,9 @@ def test_the_long_check_times_each_designs_best_again_on_long_prompts(tiny_pair,
     e = lc["entries"][0]
     assert e["label"] == report["best"]["label"] and e["lossless"] is True and e["alpha_kept"] > 0.9  # its own copy
     assert any("1 of 2 prompts" in n for n in report["notes"])
-    assert "## Long prompts: 1 of" in (tmp_path / "report.md").read_text()
+    assert e["first_token"] > 0  # its time to the first token against the target alone's (the draft's prompt forward)
+    assert "## Long prompts: 1 of" in (tmp_path / "report.md").read_text() and "first token (time)" in (
+        tmp_path / "report.md").read_text()
     from distill.evaluate import report as rep
 
     assert "\nat long prompts (1 of " in rep.headline(res)  # the second line the pipeline prints

@@ -65,6 +65,8 @@ def _row(short: dict, r: dict) -> dict:
             "tau": s["tau"], "speedup": r["speedup"],
             "decode_speedup": round(s["decode_tokens_per_s"] / b["decode_tokens_per_s"], 4)
             if b["decode_tokens_per_s"] else None,
+            # the time to the first token against the target alone's: the draft's own prompt forward is in it
+            "first_token": round(s["prefill_seconds"] / b["prefill_seconds"], 4) if b["prefill_seconds"] else None,
             "alpha_kept": kept(d_long, d_short),
             "lossless": r.get("lossless"), "per_context": r["per_context"]}
 
@@ -82,16 +84,17 @@ def lines(result: dict) -> list[str]:
     out = ["", f"## Long prompts: {lc['prompts']} of `{lc['prompt_set']}` ({', '.join(lc['buckets'])} tokens)", "",
            "Each design's best configuration above, timed again on these prompts against the target alone.", "",
            "α: all proposals (context lookup's too); draft α: the draft's own, and the share of it kept on these "
-           "prompts against the main ones.", "",
+           "prompts against the main ones. First token: its time against the target alone's (the draft's own "
+           "prompt forward is in it; on a CPU, `--draft-context 1024` shortens it).", "",
            "| draft | γ | α (short) | α (long) | draft α (short) | draft α (long) | draft α kept | "
-           "speedup (short) | speedup (long) | after the first token | lossless |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "speedup (short) | speedup (long) | after the first token | first token (time) | lossless |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in lc["entries"]:
         sh = e["short"]
         out.append(f"| {e['label']} | {e['gamma']} | {sh['acceptance_rate']:.3f} | {e['acceptance_rate']:.3f} | "
                    f"{_x(sh.get('draft_acceptance_rate'), 3)} | {_x(e.get('draft_acceptance_rate'), 3)} | "
                    f"{_x(e['alpha_kept'])} | {sh['speedup']:.2f}× | {e['speedup']:.2f}× | "
-                   f"{_x(e['decode_speedup'])}× | {e['lossless']} |")
+                   f"{_x(e['decode_speedup'])}× | {_x(e.get('first_token'))}× | {e['lossless']} |")
     lost = [e["label"] for e in lc["entries"] if e["alpha_kept"] is not None and e["alpha_kept"] < ALPHA_KEPT]
     if lost:
         out += ["", f"On these prompts {', '.join(lost)} keep{'s' if len(lost) == 1 else ''} less than "
@@ -108,7 +111,8 @@ def headline(result: dict) -> str:
         return ""
     return (f"\nat long prompts ({lc['prompts']} of {lc['prompt_set']}, up to {lc['buckets'][-1]} tokens): α "
             f"{e['acceptance_rate']} (the draft's own: {_x(e['alpha_kept'])} of its short-prompt α), speedup "
-            f"{e['speedup']}x, {_x(e['decode_speedup'])}x after the first token"
+            f"{e['speedup']}x, {_x(e['decode_speedup'])}x after the first token, the first token "
+            f"{_x(e.get('first_token'))}x the target alone's time"
             + (": for such prompts train with --preset long" if (e["alpha_kept"] or 1) < ALPHA_KEPT else ""))
 
 
