@@ -14,7 +14,7 @@ On a CPU, MKL's GEMM at M = 2..16 repacks the whole weight on every call, so a v
 1.4-2x a one-token forward on this project's 2-core box (v(γ) in decode.bench.costmodel), 1.5-3.2x on an AVX2 AMD EPYC;
 this kernel reads each weight once per call. It is compiled on first use with torch's C++ extension loader (g++,
 ~1 min once per ISA, cached under TORCH_EXTENSIONS_DIR: build_directory()), one build per ISA from the same
-source (ISAS): avx512, avx2 (+ FMA, F16C), or portable C++ for any other CPU; the best this CPU runs is used
+source (ISAS): avx512 (+ VL, FMA), avx2 (+ FMA, F16C), or portable C++ for any other CPU; the best this CPU runs is used
 (its /proc/cpuinfo flags), float32 weights only. SPECDISTILL_SMALLGEMM_ISA=avx512|avx2|portable forces one (to
 measure the AVX2 path on an AVX-512 box; an ISA the CPU lacks is an error). SPECDISTILL_SMALLGEMM=0 turns the
 kernel off (to compare, or where no compiler is installed). decode.runners still times it against torch's

@@ -21,11 +21,11 @@
 #include <immintrin.h>
 
 // q_r . k_j for R queries q_r (hd apart) and 8 keys k_0..k_7 (hd apart; hd a multiple of 8), scaled, into
-// out[r][0..8): each key's load is shared by the R queries. Each score is summed the same way whatever R is and
+// out[r stride .. r stride + 8): each key's load is shared by the R queries. Each score is summed the same way whatever R is and
 // wherever the key sits (lanes of d in order, then pairwise), so a score does not depend on its neighbours.
 template <int R>
 static inline void dots8(const float* __restrict q, const float* __restrict k, int64_t hd, float scale,
-                         float* const* out) {
+                         float* __restrict out, int64_t stride) {
   __m256 a[R][8];
   #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -47,7 +47,7 @@ static inline void dots8(const float* __restrict q, const float* __restrict k, i
     const __m256 c0 = _mm256_hadd_ps(_mm256_hadd_ps(a[r][0], a[r][1]), _mm256_hadd_ps(a[r][2], a[r][3]));
     const __m256 c1 = _mm256_hadd_ps(_mm256_hadd_ps(a[r][4], a[r][5]), _mm256_hadd_ps(a[r][6], a[r][7]));
     const __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(c0, c1, 0x20), _mm256_permute2f128_ps(c0, c1, 0x31));
-    _mm256_storeu_ps(out[r], _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+    _mm256_storeu_ps(out + r * stride, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
   }
 }
 
@@ -144,6 +144,15 @@ constexpr int RQ = 3;
 constexpr int RQ = 1;
 #endif
 
+// o_r += sum over j0 <= j < j1 of p_rj v_j for R queries, every column of hd: 64 at a time, then 8
+template <int R>
+static inline void pv_rows(const float* __restrict p, int64_t pstride, const float* __restrict vals, int64_t j0,
+                           int64_t j1, int64_t hd, float* const* o) {
+  int64_t d0 = 0;
+  for (; d0 + 64 <= hd; d0 += 64) pv<8, R>(p, pstride, vals, j0, j1, hd, o, d0);
+  for (; d0 < hd; d0 += 8) pv<1, R>(p, pstride, vals, j0, j1, hd, o, d0);
+}
+
 // The same for Q queries sharing one K/V head (hd a multiple of 8), over one block of `end` keys, key blocks
 // outermost so each is read from memory once for all Q. q: (Q, hd); masks[r]: query r's mask row over these keys or
 // null; p: (Q, padded) scratch; pad: 8 hd. -> o[r] (hd,) = sum_j exp(s_rj - top_r) v_j, not yet divided by
@@ -165,15 +174,8 @@ static void attend_group(const float* __restrict q, int64_t Q, const float* __re
       kb = pad;
     }
     int64_t r = 0;
-    for (; r + RQ <= Q; r += RQ) {
-      float* out[RQ];
-      for (int i = 0; i < RQ; ++i) out[i] = p + (r + i) * padded + j0;
-      dots8<RQ>(q + r * hd, kb, hd, scale, out);
-    }
-    for (; r < Q; ++r) {
-      float* out[1] = {p + r * padded + j0};
-      dots8<1>(q + r * hd, kb, hd, scale, out);
-    }
+    for (; r + RQ <= Q; r += RQ) dots8<RQ>(q + r * hd, kb, hd, scale, p + r * padded + j0, padded);
+    for (; r < Q; ++r) dots8<1>(q + r * hd, kb, hd, scale, p + r * padded + j0, padded);
   }
   for (int64_t r = 0; r < Q; ++r) {  // exp(score - max) and its sum, by lanes
     float* pr = p + r * padded;
@@ -209,16 +211,8 @@ static void attend_group(const float* __restrict q, int64_t Q, const float* __re
   for (int64_t j0 = 0; j0 < end; j0 += KEYS) {  // o_r = sum_j p_rj v_j, a block of V rows for every query
     const int64_t j1 = std::min(end, j0 + KEYS);
     int64_t r = 0;
-    for (; r + RQ <= Q; r += RQ) {
-      int64_t d0 = 0;
-      for (; d0 + 64 <= hd; d0 += 64) pv<8, RQ>(p + r * padded, padded, vals, j0, j1, hd, o + r, d0);
-      for (; d0 < hd; d0 += 8) pv<1, RQ>(p + r * padded, padded, vals, j0, j1, hd, o + r, d0);
-    }
-    for (; r < Q; ++r) {
-      int64_t d0 = 0;
-      for (; d0 + 64 <= hd; d0 += 64) pv<8, 1>(p + r * padded, padded, vals, j0, j1, hd, o + r, d0);
-      for (; d0 < hd; d0 += 8) pv<1, 1>(p + r * padded, padded, vals, j0, j1, hd, o + r, d0);
-    }
+    for (; r + RQ <= Q; r += RQ) pv_rows<RQ>(p + r * padded, padded, vals, j0, j1, hd, o + r);
+    for (; r < Q; ++r) pv_rows<1>(p + r * padded, padded, vals, j0, j1, hd, o + r);
   }
 }
 #endif
