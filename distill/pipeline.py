@@ -13,7 +13,7 @@ collection starts.
 Three kinds of draft are trained on the same collected data by default (`designs`): a standalone draft (`train`
 section, RUN/train), a feature head (`head` section, RUN/train-head, distill/train/head.py) and a parallel draft
 (`parallel` section, RUN/train-parallel, distill/train/parallel.py: by default the standalone draft continued with
-mask tokens, the same size). Evaluation measures them side by side in the decoder, and the one with the highest
+mask tokens, the same size, for a block of the largest γ evaluate gives it). Evaluation measures them side by side in the decoder, and the one with the highest
 measured speedup is copied to RUN/draft, the folder to publish (pipeline.json says which and why).
 `--drafts-extra D...` measures off-the-shelf drafts beside them (any causal LM, `default`, one with another
 tokenizer), never shipped: pipeline.json's `off_the_shelf` and the report say whether training was worth it.
@@ -249,13 +249,13 @@ def plan(cfg: PipelineConfig, out: Path):
                                           "output": str(out / "train-head"), "design": "feature_head"}, s["head"], "head")
     if hd.design != "feature_head":
         raise UserError("pipeline `head` section: its design is feature_head (the standalone draft is the `train` section)")
-    pd = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
-                                          "output": str(out / "train-parallel"), **parallel.PIPELINE}, s["parallel"],
-                      "parallel")
-    if "parallel" in cfg.designs:
-        parallel.check_stage(pd, cfg.designs)
     e = stage_config(evaluate.EvalConfig, {"target": cfg.target, "run": t.output, "output": str(out / "eval"),
                                             "drafts_extra": list(cfg.drafts_extra)}, s["evaluate"], "evaluate")
+    pd = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
+                                          "output": str(out / "train-parallel"), **parallel.wiring(e.parallel_gammas())},
+                      s["parallel"], "parallel")
+    if "parallel" in cfg.designs:
+        parallel.check_stage(pd, cfg.designs)
     t, e, notes = fit_to_target(cfg.target, t, e)
     if "feature_head" in cfg.designs:
         hd = fit_head(cfg.target, hd, notes)

@@ -81,11 +81,25 @@ def test_the_pipeline_continues_the_chain_draft(tmp_path):
     from distill.pipeline import DESIGNS
     from distill.train import TrainConfig, parallel
 
-    t = TrainConfig(**parallel.PIPELINE, output=str(tmp_path / "p"))
+    assert parallel.wiring([2])["parallel"] == 2 and parallel.wiring([1])["parallel"] == 2  # a block is >= 2
+    assert parallel.wiring([2, 4, 3])["parallel"] == 4  # the deepest round evaluate gives it
+    t = TrainConfig(**parallel.wiring([2]), output=str(tmp_path / "p"))
     resolved = parallel.from_chain(t, tmp_path / "train", lambda run: run / "checkpoint-000550" / "hf")
     assert resolved.init == f"pretrained:{tmp_path / 'train' / 'checkpoint-000550' / 'hf'}"
     assert parallel.from_chain(TrainConfig(), tmp_path, None).init == "target_layers"
     assert "parallel" in DESIGNS
+
+
+def test_the_pipeline_trains_the_block_its_evaluation_reads(tmp_path):
+    from distill import pipeline
+
+    def block(**sections):
+        trains = pipeline.plan(pipeline.PipelineConfig(output=str(tmp_path), **sections), tmp_path)[2]
+        return [t.parallel for t in trains if t.parallel]
+
+    assert block(evaluate={"gamma": 2}) == [2]
+    assert block(evaluate={"gamma": 2, "parallel_gamma": [2, 4]}) == [4]
+    assert block(evaluate={"gamma": 2}, parallel={"parallel": 3}) == [3]  # the section overrides the wiring
 
 
 def test_the_expanded_form_moves_the_mask_to_its_reserved_id(tmp_path, tiny_llama):
