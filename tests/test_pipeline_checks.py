@@ -144,7 +144,7 @@ def test_the_long_preset_trains_on_long_and_short_prompts_at_the_targets_length(
     monkeypatch.setattr(pipeline, "headline", lambda result: "")
     pipeline.main(["--config", "configs/pipeline/default.yaml", "--preset", "long"])
     c, h, trains, _, e = seen["configs"]
-    assert seen["designs"] == ["standalone", "parallel"] and [t.parallel for t in trains][1] == 4
+    assert seen["designs"] == ["standalone", "parallel"] and [t.parallel for t in trains][1] == e.gammas()[0] == 2
     assert c.prompts == "train+long" and h.prompts == "heldout" and e.prompts == "heldout+long-heldout"
     assert all(t.max_seq_len == t.batch_tokens == pipeline.LONG_SEQ for t in trains)
     assert c.output == "runs/pipeline-default-long/collect"
