@@ -13,8 +13,9 @@ collection starts.
 Three kinds of draft are trained on the same collected data by default (`designs`): a standalone draft (`train`
 section, RUN/train), a feature head (`head` section, RUN/train-head, distill/train/head.py) and a parallel draft
 (`parallel` section, RUN/train-parallel, distill/train/parallel.py: by default the standalone draft continued with
-mask tokens, the same size, for a block of the largest γ evaluate gives it). Evaluation measures them side by side in the decoder, and the one with the highest
-measured speedup is copied to RUN/draft, the folder to publish (pipeline.json says which and why).
+mask tokens, the same size, for a block of the largest γ evaluate gives it). Evaluation measures them side by side
+in the decoder, and the one with the highest measured speedup is copied to RUN/draft, the folder to publish
+(pipeline.json says which and why).
 `--drafts-extra D...` measures off-the-shelf drafts beside them (any causal LM, `default`, one with another
 tokenizer), never shipped: pipeline.json's `off_the_shelf` and the report say whether training was worth it.
 

@@ -23,8 +23,10 @@ import argparse
 import torch
 
 from decode.bench import encode_all
-from decode.drafting.parallel import block_logits, mask_token
+from decode.drafting.parallel import ParallelDraft, mask_token
+from decode.drafting.sampling import SamplingParams
 from decode.drafting.speculative import generate
+from decode.drafting.stats import Stats
 from decode.models.draft_folder import VocabMap
 from decode.models.targets import eos_ids, load_draft, load_target
 from decode.options import DecodeOptions
@@ -36,18 +38,17 @@ BUCKETS = (0.0, 0.4, 0.7, 0.9, 1.01)  # edges of p_1
 
 @torch.no_grad()
 def along_output(model, vocab: VocabMap, mask: int, prompt: list[int], out: list[int]) -> list[tuple]:
-    """[(p_1, ok_1, mask_2, real_2)] for t = 0 .. len(out) - 2, the draft fed as decode.drafting.parallel feeds it
-    (one real token and one mask a forward; the first forward reads the prompt)."""
-    runner = runner_for(model)
-    cache = runner.new_cache(len(prompt) + len(out) + 1)
+    """[(p_1, ok_1, mask_2, real_2)] for t = 0 .. len(out) - 2: the decoder's own ParallelDraft, given one real
+    token a round (the prompt's last, then out[t]) and asked for 2 proposals: one forward over it and a mask."""
+    draft = ParallelDraft(runner_for(model), vocab, prompt[:-1], prompt[-1], len(prompt) + len(out) + 1,
+                          SamplingParams(), 0.0, 0, None, Stats(), mask)
     want = vocab.teacher(torch.tensor(out)).tolist()  # draft ids, -1 outside the draft's vocabulary
-    rows, pending = [], list(prompt)
+    rows = []
     for t in range(len(out) - 1):
-        z = block_logits(runner.forward(vocab.to_draft(pending) + [mask], cache, 2).float(), mask, vocab)  # (2, V)
-        cache.crop(-1)
+        z = draft.forward(2).float()  # (2, V_draft): q_1 for out[t], q_2 (at the mask) for out[t + 1]
         p = torch.softmax(z[0], -1)
         rows.append([float(p.max()), int(z[0].argmax()) == want[t], int(z[1].argmax()) == want[t + 1]])
-        pending = [out[t]]
+        draft.pending = [out[t]]
     for t in range(len(rows) - 1):
         rows[t].append(rows[t + 1][1])  # real_2 at t: the first choice at t + 1, after reading y_t
     return [tuple(r) for r in rows[:-1]]
