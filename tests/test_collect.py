@@ -546,7 +546,7 @@ def test_prompt_longer_than_context_is_refused(tmp_path, base_copy, short_ctx_di
 @pytest.mark.parametrize("kw, message", [
     ({"limit": -1}, "--limit must be >= 0"),  # before: every prompt but the last, exit 0
     ({"max_new_tokens": 0}, "--max-new-tokens must be >= 1, got 0"),
-    ({"batch_size": -4}, "--batch-size must be >= 1, got -4"),
+    ({"batch_size": -4}, "--batch-size must be >= 0 (0 = auto), got -4"),
     ({"topk": -1}, "--topk must be >= 0"),
     ({"num_shards": -2}, "--num-shards must be >= 0"),
     ({"shard_index": -5}, "--shard-index >= 0 (or -1 = RANK)"),
@@ -577,7 +577,7 @@ def test_collect_bench_checks_its_numbers_with_one_line(capsys):
     from distill.collect import bench
 
     for argv, message in ((["--n", "0"], "--n must be >= 1"), (["--engine", "x"], "--engine must be hf or vllm"),
-                          (["--topk", "-1"], "--topk must be >= 0"), (["--batch-size", "0"], "--batch-size must be >= 1"),
+                          (["--topk", "-1"], "--topk must be >= 0"), (["--batch-size", "-1"], "--batch-size must be >= 0"),
                           (["--samples", "0"], "--samples must be >= 1"),
                           (["--samples", "2", "--engine", "vllm"], "--samples 2 times the HF collection")):
         with pytest.raises(SystemExit, match=re.escape(f"error: {message}")):

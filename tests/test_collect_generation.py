@@ -5,6 +5,7 @@ step reads nothing from the device; the GPU's pooled, graph-replayed steps (stoo
 
 from __future__ import annotations
 
+import functools
 import sys
 from types import SimpleNamespace
 
@@ -14,8 +15,9 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from decode.drafting.sampling import SamplingParams
 from decode.runners.graphs import GraphLlama
-from distill.collect import generation, llama_steps
+from distill.collect import generation, llama_steps, step_ops
 from distill.collect.generation import generate_batch
+from tests.graph_standin import RecordedGraph, count_ops
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -141,50 +143,104 @@ def test_a_decode_step_reads_nothing_from_the_device(tiny_llama, monkeypatch):
     assert reads == []
 
 
-class CpuGraph:
-    """A stand-in for llama_steps.cuda_graph: the same warm-up and capture runs (at the scratch columns), then
-    replay() runs the step eagerly, as a replay would."""
-
-    def __init__(self, step, scratch, device):
-        for _ in range(3):
-            scratch()
-            step()
-        self.replay = step
-
-
-def test_pooled_graph_steps_give_the_eager_result_batch_after_batch(tiny_llama, monkeypatch):
-    model = tiny_llama(0, max_position_embeddings=512)
-    batches = [prompts(97, (5, 9, 3, 12), seed=s) for s in (1, 2, 3)]  # one batch size: one pooled set of buffers
-    eager = [generate_batch(model, ps, NEW, GREEDY, K, {5, 17}, 0) for ps in batches]
+def graph_path(monkeypatch, model):
+    """The GPU's path on the CPU: pooled steps, the fused step body, each (width, sampling) captured once (the
+    recording stand-in, tests/graph_standin.py) and replayed, host checks every CHECK_EVERY steps."""
     runner = GraphLlama(model, graphs=False)
     monkeypatch.setattr(llama_steps, "graphs_enabled", lambda device: True)
     monkeypatch.setattr(llama_steps, "runner_for", lambda m: runner)
-    monkeypatch.setattr(llama_steps, "cuda_graph", CpuGraph)
+    monkeypatch.setattr(llama_steps, "cuda_graph", RecordedGraph)
     monkeypatch.setattr(generation, "check_policy", lambda device: (generation.CHECK_EVERY, False))  # a GPU's
+    RecordedGraph.made.clear()
+
+
+def assert_same_rows(a, b):
+    assert [g.response_ids for g in a] == [g.response_ids for g in b]
+    assert [g.topk_ids for g in a] == [g.topk_ids for g in b]
+    assert torch.allclose(torch.tensor([x for g in a for x in g.topk_logprobs]),
+                          torch.tensor([x for g in b for x in g.topk_logprobs]), atol=2e-3)
+
+
+def test_pooled_graph_steps_give_the_eager_result_batch_after_batch(tiny_llama, monkeypatch):
+    model = tiny_llama(0, max_position_embeddings=1024)
+    # one batch size: one pooled set of buffers; the last batch's steps cross a width (256 -> 512 columns)
+    batches = [prompts(97, (5, 9, 3, 12), seed=1), prompts(97, (7, 2, 11, 4), seed=2),
+               prompts(97, (250, 9, 244, 3), seed=3)]
+    eager = [generate_batch(model, ps, NEW, GREEDY, K, {5, 17}, 0) for ps in batches]
+    graph_path(monkeypatch, model)
     pooled = [generate_batch(model, ps, NEW, GREEDY, K, {5, 17}, 0) for ps in batches]
     pool = model.__dict__["_specdistill_batch_pool"]
-    assert len(pool) == 1 and next(iter(pool.values())).graph  # captured once, replayed in every batch
+    assert len(pool) == 1 and pool[0].capacity == 512  # the largest buffer kept, the first let go
+    graphs = pool[0].graphs
+    assert sorted(w for w, _ in graphs) == [256, 512] and all(isinstance(g, RecordedGraph) for g in graphs.values())
+    assert sum(g.replays for g in RecordedGraph.made) >= 2 * (NEW - 2)  # replayed, not run again from Python
     for a, b in zip(eager, pooled):
-        assert [g.response_ids for g in a] == [g.response_ids for g in b]
-        assert [g.topk_ids for g in a] == [g.topk_ids for g in b]
+        assert_same_rows(a, b)
 
 
-def test_a_failed_capture_runs_the_steps_eagerly(tiny_llama, monkeypatch, capsys):
+def test_sampled_steps_are_captured_and_draw_what_the_eager_steps_draw(tiny_llama, monkeypatch):
+    """The same seed, the same sampled tokens on the CPU's eager steps and on captured, replayed ones (the
+    generator's stream advances in the replay as in the eager step)."""
+    model, sampling = tiny_llama(0), SamplingParams(0.9, 20, 0.95)
+    ps = prompts(model.config.vocab_size)
+    eager = generate_batch(model, ps, NEW, sampling, K, set(), 0, generator=torch.Generator().manual_seed(3))
+    graph_path(monkeypatch, model)
+    got = generate_batch(model, ps, NEW, sampling, K, set(), 0, generator=torch.Generator().manual_seed(3))
+    graphs = model.__dict__["_specdistill_batch_pool"][0].graphs
+    assert list(graphs) == [(256, sampling)] and graphs[(256, sampling)].replays == NEW - 1
+    assert_same_rows(eager, got)
+    again = generate_batch(model, ps, NEW, sampling, K, set(), 0, generator=torch.Generator().manual_seed(4))
+    assert [g.response_ids for g in again] != [g.response_ids for g in got]  # another seed, other draws
+
+
+def test_a_step_that_reads_a_host_value_cannot_pass_as_captured(tiny_llama, monkeypatch):
+    """The stand-in replays ops, not Python: a step whose mask width comes from the device through int() is
+    refused at capture (a host read), counted, and its batch still right through the eager steps."""
     model = tiny_llama(0)
     ps = prompts(97)
     eager = generate_batch(model, ps, NEW, GREEDY, K, set(), 0)
-    monkeypatch.setattr(llama_steps, "graphs_enabled", lambda device: True)
-    monkeypatch.setattr(llama_steps, "runner_for", lambda m: GraphLlama(m, graphs=False))
+    graph_path(monkeypatch, model)
+    real = llama_steps.LlamaSteps.forward
+    monkeypatch.setattr(llama_steps.LlamaSteps, "forward", lambda self, ids, width: real(self, ids, int(self.slot) + 1))
+    got = generate_batch(model, ps, NEW, GREEDY, K, set(), 0)
+    assert_same_rows(eager, got)
+    assert len(llama_steps.eager_fallbacks(model)) == 1 and not RecordedGraph.made
 
-    def fails(step, scratch, device):
+
+def test_the_captured_step_runs_fewer_ops_than_the_decoder_s_layer_code(tiny_llama, monkeypatch):
+    """aten ops of one decode step at a 4-layer tiny llama, the CPU's body (the decoder's layer code) against the
+    captured body (step_ops); docs/data-engine.md has the counts."""
+    model = tiny_llama(0, layers=4)
+    ps = prompts(97, (5, 9, 3, 12))
+    counts = {}
+    for fused in (False, True):
+        steps = llama_steps.LlamaSteps(model, len(ps), 64, NEW, K, set())
+        steps.fused = fused
+        steps.signed_sin = step_ops.signed_sin(steps.sin)
+        with torch.inference_mode():
+            steps.out.record(steps.prefill(*generation.left_pad(ps, 0, model.device)), GREEDY)
+        counts[fused] = count_ops(functools.partial(steps.advance, GREEDY))  # (no inference mode: ops decomposed)
+    (ops, kernels), (fused_ops, fused_kernels) = counts[False], counts[True]
+    print(f"aten ops a step, 4 layers: {ops} ({kernels} not views) -> {fused_ops} ({fused_kernels})")
+    assert fused_kernels < kernels - 4 * 8  # at least 8 kernels fewer a layer
+
+
+def test_a_failed_capture_runs_the_steps_eagerly_and_is_counted(tiny_llama, monkeypatch, capsys):
+    model = tiny_llama(0)
+    ps = prompts(97)
+    eager = generate_batch(model, ps, NEW, GREEDY, K, set(), 0)
+    graph_path(monkeypatch, model)
+
+    def fails(step, scratch, device, generator=None):
         scratch()
         step()  # a warm-up ran, then capture refused
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(llama_steps, "cuda_graph", fails)
     got = generate_batch(model, ps, NEW, GREEDY, K, set(), 0)
-    assert [g.response_ids for g in got] == [g.response_ids for g in eager]
+    assert_same_rows(eager, got)
     assert "could not be captured as a CUDA graph" in capsys.readouterr().err
+    assert len(llama_steps.eager_fallbacks(model)) == 1  # what collect.json's eager_fallbacks counts
 
 
 def test_check_policy():

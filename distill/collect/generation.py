@@ -19,7 +19,7 @@ from transformers import DynamicCache
 
 from decode.drafting.sampling import SamplingParams
 from decode.runners.hf import cache_arg
-from distill.collect import llama_steps
+from distill.collect import kv_budget, llama_steps
 from distill.collect.outputs import Outputs, topk_rows
 
 CHECK_EVERY = 16  # GPU steps between host checks: ended rows, stop strings (a few wasted steps at most)
@@ -57,8 +57,13 @@ class HFSteps:
     def __init__(self, model, batch: int, max_new_tokens: int, k: int, eos: set[int]):
         self.model, self.kv = model, cache_arg(model)
         self.out = Outputs(batch, max_new_tokens, k, eos, model.device)
+        self.gen = None
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def seed(self, generator: torch.Generator | None) -> torch.Generator | None:
+        self.gen = generator  # drawn from as given
+        return generator
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, rows: int = 0) -> torch.Tensor:
         self.cache, self.mask, self.next_pos = DynamicCache(config=self.model.config), mask, pos[:, -1:] + 1
         return self._logits(ids, pos, logits_to_keep=1)
 
@@ -69,11 +74,11 @@ class HFSteps:
                          use_cache=True, **kw)
         return out.logits[:, -1].to(self.model.device)  # (B, V)
 
-    def advance(self, sampling: SamplingParams, generator=None) -> None:
+    def advance(self, sampling: SamplingParams) -> None:
         self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.mask), 1))], dim=1)
         logits = self._logits(self.out.next[:, None], self.next_pos)
         self.next_pos = self.next_pos + 1
-        self.out.record(logits, sampling, generator)
+        self.out.record(logits, sampling, self.gen)
 
     def select(self, keep: torch.Tensor) -> None:
         self.cache.batch_select_indices(keep)
@@ -84,16 +89,20 @@ class HFSteps:
 @torch.inference_mode()
 def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, sampling: SamplingParams, k: int,
                    eos_ids: set[int], pad_id: int, stop_strings: tuple[str, ...] = (), tokenizer=None,
-                   generator: torch.Generator | None = None, limit: int | None = None) -> list[Generated]:
+                   generator: torch.Generator | None = None, limit: int | None = None,
+                   budget: int = 0) -> list[Generated]:
     """Generate for a batch of prompts (token id lists); return one Generated per prompt, in order. limit: stop
-    after this many tokens (a warm-up), the batch still shaped for max_new_tokens."""
+    after this many tokens (a warm-up), the batch still shaped for max_new_tokens. budget: bytes of KV cache and
+    prefill the batch may hold (kv_budget; the caller planned its rows), which sets the rows prefilled at a time
+    (0: all at once)."""
     B, L = len(prompts), max(len(p) for p in prompts)
     if llama_steps.supports(model):
         steps = llama_steps.LlamaSteps.for_batch(model, B, L + max_new_tokens, max_new_tokens, k, eos_ids)
     else:
         steps = HFSteps(model, B, max_new_tokens, k, eos_ids)
-    out = steps.out
-    out.record(steps.prefill(*left_pad(prompts, pad_id, model.device)), sampling, generator)
+    out, gen = steps.out, None if sampling.greedy else steps.seed(generator)  # greedy rows draw nothing
+    rows = kv_budget.prefill_rows(llama_steps.row_cost(model), budget, B, L) if budget else 0
+    out.record(steps.prefill(*left_pad(prompts, pad_id, model.device), rows), sampling, gen)
     every, compact = check_policy(model.device)
     checked = 0  # tokens already searched for stop strings
     for step in range(1, min(max_new_tokens, limit or max_new_tokens)):
@@ -106,17 +115,19 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, samplin
                 break
             if compact and len(going) < len(out.rows):  # drop finished rows from the batch and the cache
                 steps.select(going)
-        steps.advance(sampling, generator)
+        steps.advance(sampling)
     if stop_strings:
         out.stop_strings(tokenizer, stop_strings, checked)
     return [Generated(*g) for g in out.to_generated()]
 
 
-def warm_up(model, prompts: list[list[int]], max_new_tokens: int, k: int, eos_ids: set[int], pad_id: int) -> None:
+def warm_up(model, prompts: list[list[int]], max_new_tokens: int, k: int, eos_ids: set[int], pad_id: int,
+            budget: int = 0) -> None:
     """An untimed batch before the timed ones: on a GPU the first batch's own shape for a few steps (its graph is
     captured there; kernels load, cuBLAS and the allocator settle), on the CPU one prompt (nothing to capture)."""
     rows = prompts if model.device.type == "cuda" else prompts[-1:]
-    generate_batch(model, rows, max_new_tokens, SamplingParams(0.0), k, eos_ids, pad_id, limit=WARM_UP_STEPS)
+    generate_batch(model, rows, max_new_tokens, SamplingParams(0.0), k, eos_ids, pad_id, limit=WARM_UP_STEPS,
+                   budget=budget)
 
 
 def head_logits(model, h: torch.Tensor) -> torch.Tensor:

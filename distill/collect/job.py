@@ -40,10 +40,9 @@ from decode.models.targets import (
     load_tokenizer,
     parse_dtype,
     resolve,
-    save_dummy,
 )
 from decode.prompts import check_context, encode_prompt
-from distill.collect import self_prompts, shards, vllm_engine
+from distill.collect import kv_budget, llama_steps, self_prompts, shards, vllm_engine
 from distill.collect.generation import Generated, generate_batch, score_batch, warm_up
 from distill.prompts import load_prompts, split_response
 
@@ -70,7 +69,14 @@ class CollectConfig:
     top_k: int = field(default=0, metadata={"help": "sampling top-k (0 = off)"})
     stop: list = field(default_factory=list, metadata={"help": "stop strings"})
     topk: int = field(default=32, metadata={"help": "target logprobs stored per position (0 = none)"})
-    batch_size: int = field(default=64, metadata={"help": "prompts per forward batch (one shard per batch); CPU throughput still grows at 64"})
+    batch_size: int = field(default=0, metadata={"help": "prompts per forward batch at most (one shard per batch); "
+                                                        "0 = auto: 64 on the CPU (its throughput still grows at 64), "
+                                                        "256 on a GPU; fewer where a batch's longest prompt leaves the "
+                                                        "KV budget room for fewer (kv_budget.py)"})
+    kv_budget_gb: float = field(default=0.0, metadata={"help": "GB of KV cache and prefill a batch may hold (HF "
+                                                                "engine, generate mode); 0 = auto: 0.8 of the GPU "
+                                                                "memory free once the target is loaded, 0.5 of the "
+                                                                "available RAM on the CPU"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     device: str = field(default="auto", metadata={"help": "auto (this rank's GPU under a launcher, else every GPU: "
                                                           "a large target is spread over them; else CPU) | cpu | cuda[:N]"})
@@ -93,9 +99,12 @@ class CollectConfig:
             raise UserError("--mode score stores top-k logprobs; give --topk > 0")
         if self_prompts.is_self(self.prompts):  # `self:N`: the target writes its prompts (self_prompts.py)
             self_prompts.parse(self.prompts, self.mode)
-        for name in ("max_new_tokens", "batch_size", "samples"):
+        for name in ("max_new_tokens", "samples"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("batch_size", "kv_budget_gb"):
+            if getattr(self, name) < 0:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0 = auto), got {getattr(self, name)}")
         if self.limit < 0:
             raise UserError(f"--limit must be >= 0 (the first N prompts; 0 = all), got {self.limit}")
         if self.topk < 0:
@@ -197,9 +206,9 @@ def run(cfg: CollectConfig, argv: list[str] | None = None, command: str | None =
     bar = tqdm(total=len(mine), desc=f"collect[{rank}/{world}]", unit="prompt", mininterval=5)
     totals = [0, 0.0]  # tokens, seconds
 
-    def emit(batch: list[dict], results: list[Generated], seconds: float) -> None:
+    def emit(batch: list[dict], results: list[Generated], seconds: float, **meta) -> None:
         """One shard per batch of finished prompts: what a kill can lose is at most one batch."""
-        n_tok = _write_batch(out, rank, source, batch, results, seconds)
+        n_tok = _write_batch(out, rank, source, batch, results, seconds, **meta)
         totals[0], totals[1] = totals[0] + n_tok, totals[1] + seconds
         bar.update(len(batch))
         bar.set_postfix(tokens=totals[0], tok_s=f"{totals[0] / max(totals[1], 1e-9):.1f}")
@@ -221,20 +230,6 @@ def temperature_of(cfg: CollectConfig, row: dict) -> float:
     return cfg.temperature if row["sample"] == 0 else cfg.sample_temperature
 
 
-def vllm_target(cfg: CollectConfig, target) -> str:
-    """The folder vLLM serves: the target's (target.path), or with --load-format dummy its random weights written
-    once to OUT/target (decode.models.targets.save_dummy, built on the GPU when there is one) and reused by reruns."""
-    if cfg.load_format != "dummy":
-        return target.path
-    if _rank_world(cfg)[1] > 1:  # every rank would write the same folder
-        raise UserError("--load-format dummy with --engine vllm runs as one process (it writes the random target to "
-                        f"{Path(cfg.output) / 'target'}); drop the launcher, or use --engine hf")
-    folder = Path(cfg.output) / "target"
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"collect: --load-format dummy: random weights of {cfg.target}'s shape -> {folder}", file=sys.stderr)
-    return str(save_dummy(cfg.target, folder, cfg.dtype, device))
-
-
 def _target_meta(spec: str):
     """What collection needs of a target that vLLM will serve, without loading its weights: a stand-in with
     .config, .generation_config (eos ids) and .path, and the tokenizer."""
@@ -249,8 +244,10 @@ def _target_meta(spec: str):
     return SimpleNamespace(config=config, generation_config=gen, path=path), load_tokenizer(spec)
 
 
-def _write_batch(out: Path, rank: int, source: str, batch: list[dict], results: list[Generated], seconds: float) -> int:
-    """Write one shard of finished prompts (the dataset format of shards.py); the response tokens it holds."""
+def _write_batch(out: Path, rank: int, source: str, batch: list[dict], results: list[Generated], seconds: float,
+                 **meta) -> int:
+    """Write one shard of finished prompts (the dataset format of shards.py); the response tokens it holds. meta:
+    more of the shard's numbers (eager_fallbacks, kv_budget)."""
     n_tok = sum(len(g.response_ids) for g in results)
     records = [
         {"id": r["id"], "category": r["category"], "source": source, "prompt_ids": r["prompt_ids"],
@@ -259,12 +256,13 @@ def _write_batch(out: Path, rank: int, source: str, batch: list[dict], results: 
     ]
     shards.write_shard(out, f"r{rank:03d}-{time.time_ns()}", records,
                        {"rank": rank, "rows": len(records), "tokens": n_tok, "seconds": seconds,
-                        "prompt_tokens": sum(len(r["prompt_ids"]) for r in batch)})
+                        "prompt_tokens": sum(len(r["prompt_ids"]) for r in batch), **meta})
     return n_tok
 
 
 def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int], emit) -> None:
-    """transformers: one left-padded batch of cfg.batch_size prompts at a time (generation.py)."""
+    """transformers: one left-padded batch at a time (generation.py). The target generating: each batch the most
+    prompts, up to the cap, whose KV cache and prefill fit the budget (kv_budget.py); else cap prompts a batch."""
     device = str(target.device)  # where inputs go: the first GPU of a target spread by a device map
     vocab = target.config.vocab_size
     pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos), 0)
@@ -272,10 +270,17 @@ def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int]
     if cfg.generator:
         d = load_draft(cfg.generator, target, tok, device=device)
         generator_model, gvocab = d.model, VocabMap(d.vocab_map, vocab)
-    batches = list(_batches(mine, cfg.batch_size))
-    if cfg.mode == "generate" and generator_model is None:  # the timed batches start warm
-        warm_up(target, [r["prompt_ids"] for r in batches[0][0]], cfg.max_new_tokens, cfg.topk, eos, pad)
+    cap = kv_budget.auto_rows(target.device, cfg.batch_size)
+    budget, plan = 0, None
+    if cfg.mode == "generate" and generator_model is None:
+        budget = kv_budget.auto_budget(target.device, cfg.kv_budget_gb)
+        cost = llama_steps.row_cost(target)
+        plan = lambda lengths: kv_budget.plan_batches(lengths, cfg.max_new_tokens, cap, cost, budget)  # noqa: E731
+    batches = list(_batches(mine, cap, plan))
+    if plan:  # the timed batches start warm
+        warm_up(target, [r["prompt_ids"] for r in batches[0][0]], cfg.max_new_tokens, cfg.topk, eos, pad, budget)
     for batch, offset in batches:
+        failed = len(llama_steps.eager_fallbacks(target))
         sampling = SamplingParams(temperature_of(cfg, batch[0]), cfg.top_k, cfg.top_p)
         t0 = time.perf_counter()
         gen = torch.Generator(device=device).manual_seed(cfg.seed + offset)
@@ -288,36 +293,46 @@ def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int]
             results = score_batch(target, [r["prompt_ids"] for r in batch], responses, cfg.topk, pad)
         else:
             results = generate_batch(target, [r["prompt_ids"] for r in batch], cfg.max_new_tokens, sampling, cfg.topk,
-                                     eos, pad, tuple(cfg.stop), tok, gen)
-        emit(batch, results, time.perf_counter() - t0)
+                                     eos, pad, tuple(cfg.stop), tok, gen, budget=budget)
+        emit(batch, results, time.perf_counter() - t0, kv_budget=budget, kv_peak=llama_steps.kv_peak(target),
+             eager_fallbacks=len(llama_steps.eager_fallbacks(target)) - failed)
 
 
-def _batches(mine: list[dict], size: int):
-    """(batch, its offset in `mine`): batches of `size` rows that never mix first and sampled answers (one
-    temperature per batch); the offset seeds the batch's sampling."""
+def _batches(mine: list[dict], size: int, plan=None):
+    """(batch, its offset in `mine`): batches that never mix first and sampled answers (one temperature per
+    batch), of plan(their prompt lengths) rows each (kv_budget.plan_batches), else of `size`; the offset seeds the
+    batch's sampling."""
     first = [r for r in mine if r["sample"] == 0]
     for offset, group in ((0, first), (len(first), [r for r in mine if r["sample"] > 0])):
-        for start in range(0, len(group), size):
-            yield group[start: start + size], offset + start
+        sizes = plan([len(r["prompt_ids"]) for r in group]) if plan else [size] * -(-len(group) // size)
+        start = 0
+        for n in sizes:
+            yield group[start: start + n], offset + start
+            start += n
 
 
 def _collect_vllm(cfg: CollectConfig, target, mine: list[dict], eos: set[int], emit) -> None:
     """vLLM: every prompt of this rank's share in one continuously batched stream; a shard is written each time
-    cfg.batch_size prompts have finished (the seconds recorded: wall time since the previous shard)."""
+    --batch-size prompts (auto: kv_budget.auto_rows) have finished (the seconds recorded: wall time since the previous
+    shard)."""
     vllm_engine.pin_gpus(cfg.tensor_parallel_size)
     max_len = vllm_engine.model_len([len(r["prompt_ids"]) for r in mine], cfg.max_new_tokens,
                                     target.config.max_position_embeddings)
-    llm = vllm_engine.build_llm(vllm_target(cfg, target), max_model_len=max_len, dtype=cfg.dtype, max_logprobs=cfg.topk,
-                                tensor_parallel_size=cfg.tensor_parallel_size, seed=cfg.seed)
+    # --load-format dummy: vLLM's own dummy loader fills the target folder's shape with random weights (its
+    # values, not decode.models.targets' seed: for timing), nothing written to disk
+    llm = vllm_engine.build_llm(target.path, max_model_len=max_len, dtype=cfg.dtype, max_logprobs=cfg.topk,
+                                tensor_parallel_size=cfg.tensor_parallel_size, seed=cfg.seed,
+                                engine_args={"load_format": "dummy"} if cfg.load_format == "dummy" else None)
     # a seed per prompt id: a sampled response does not depend on the batch it shared or on a resume
     params = [vllm_engine.sampling_params(max_new_tokens=cfg.max_new_tokens, temperature=temperature_of(cfg, r),
                                           top_k=cfg.top_k, top_p=cfg.top_p, k=cfg.topk, stop=tuple(cfg.stop), eos=eos,
                                           seed=cfg.seed + zlib.crc32(r["id"].encode())) for r in mine]
     batch, results, t0 = [], [], time.perf_counter()
+    rows = kv_budget.auto_rows(torch.device("cuda" if torch.cuda.is_available() else "cpu"), cfg.batch_size)
     for i, out in vllm_engine.stream(llm, [r["prompt_ids"] for r in mine], params):
         batch.append(mine[i])
         results.append(Generated(*vllm_engine.response_topk(out.outputs[0], cfg.topk)))
-        if len(batch) == cfg.batch_size:
+        if len(batch) == rows:
             emit(batch, results, time.perf_counter() - t0)
             batch, results, t0 = [], [], time.perf_counter()
     if batch:
@@ -348,6 +363,12 @@ def finish(out: Path, cfg: CollectConfig, rows: list[dict], tok, argv, command: 
         "tokens": tokens,
         "shards": len(metas),
         "tokens_per_s": round(sum(t / s for t, s in per_rank.values() if s), 2),
+        "largest_batch": max((m["rows"] for m in metas), default=0),
+        # captures that failed (llama_steps): those steps ran eagerly; the GPU check's collection row fails on any
+        "eager_fallbacks": sum(m.get("eager_fallbacks", 0) for m in metas),
+        # the KV budget (kv_budget.py) and the most K/V bytes held at once (llama_steps.kv_peak), in this process
+        "kv_budget_bytes": max((m.get("kv_budget", 0) for m in metas), default=0),
+        "kv_peak_bytes": max((m.get("kv_peak", 0) for m in metas), default=0),
         "bytes": sum(f.stat().st_size for f in (out / "shards").rglob("*.arrow")),
         "config": cli.to_dict(cfg),
         "command": command or "python -m distill.collect " + " ".join(argv or []),

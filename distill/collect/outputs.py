@@ -1,7 +1,7 @@
 """What a batch of generating rows has produced so far, kept on the device until the batch ends.
 
 One decode step of B rows ends with Outputs.record(logits): the top-k of the raw logits, the next token (greedy
-or sampled), whether the row has just ended (an EOS id) written into preallocated device buffers at column t.
+or sampled: race()), whether the row has just ended (an EOS id) written into preallocated device buffers at column t.
 Nothing in it reads a host value, so a GPU step (forward + record) can be one CUDA graph replay and the host
 reads the buffers once per batch (to_generated), plus a few flags at the loop's check points.
 
@@ -29,6 +29,15 @@ def topk_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
     logp = torch.log_softmax(logits.float(), dim=-1)
     vals, ids = torch.topk(logp, k, dim=-1)
     return ids.to(torch.int32), vals.to(torch.float16)
+
+
+def race(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(B, V) probabilities -> (B,) one draw a row from them: an exponential race, argmax_i p_i / E_i with E_i ~
+    Exp(1) i.i.d. (the first of independent exponential clocks of rates p_i to ring is i with probability p_i).
+    No host read and fixed shapes, unlike torch.multinomial, so a CUDA graph can hold it (its generator registered).
+    E is clamped above 0 (a draw of exactly 0 would divide by it) and p = 0 never wins."""
+    e = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / e.clamp_min_(torch.finfo(e.dtype).tiny)).argmax(-1)
 
 
 class Outputs:
@@ -64,7 +73,7 @@ class Outputs:
         if sampling.greedy:
             nxt = logits.argmax(-1)
         else:
-            nxt = torch.multinomial(logits_to_probs(logits, sampling), 1, generator=generator)[:, 0]
+            nxt = race(logits_to_probs(logits, sampling), generator)
         self.tokens.index_put_((self.rows, col), nxt)
         self.length.index_add_(0, self.rows, (~self.done).long())
         self.done |= (nxt[:, None] == self.eos[None]).any(-1)

@@ -42,7 +42,7 @@ import torch
 from decode.drafting.sampling import SamplingParams
 from decode.errors import UserError
 from decode.models.targets import eos_ids, load_target
-from distill.collect import shards
+from distill.collect import kv_budget, shards
 from distill.collect.categories import Classifier, embed, quotas, user_text
 from distill.collect.generation import generate_batch
 from distill.collect.near_duplicates import MinHashIndex
@@ -380,7 +380,7 @@ def prompt_rows(opts: SelfOptions, cfg, world: int, target, tok) -> list[dict]:
     if stats is None:
         stand_in = not isinstance(target, torch.nn.Module)  # the vLLM engine's: no weights, so load them here
         model = load_target(cfg.target, cfg.dtype, cfg.device)[0] if stand_in else target
-        stats = write(opts, model, tok, out, cfg.target, cfg.seed, cfg.batch_size)
+        stats = write(opts, model, tok, out, cfg.target, cfg.seed, kv_budget.auto_rows(model.device, cfg.batch_size))
         if stand_in:  # its memory back before vLLM takes the GPU
             del model
             gc.collect()
