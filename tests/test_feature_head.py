@@ -195,3 +195,27 @@ def test_a_head_saves_its_draft_vocabulary_in_ascending_target_ids(pair, tmp_pat
     want = dict(zip(shuffled.draft_ids().tolist(), shuffled.logits(h).tolist()))
     got = dict(zip(back.draft_ids().tolist(), back.logits(h).tolist()))
     assert all(abs(want[k] - got[k]) < 1e-5 for k in want)
+
+
+def test_fuse_casts_bf16_features_straight_to_autocast_s_dtype(pair):
+    """Under bf16 autocast the features are not widened to float32 first (issue 62): no float32 copy of them, and
+    the same result as widening them (bf16 -> float32 -> bf16 is exact)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    head = pair[1]
+    f = torch.randn(2, 5, head.fc.in_features).bfloat16()
+    widened = []
+
+    class Casts(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.shape == f.shape:
+                widened.append(func)
+            return out
+
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        with Casts():
+            got = head.fuse(f)
+        widened_first = head.fc(f.float())
+    assert widened == [] and got.dtype == torch.bfloat16 and torch.equal(got, widened_first)
+    assert head.fuse(f).dtype == torch.float32  # no autocast: the weights' dtype, as decoding runs it

@@ -72,3 +72,49 @@ def test_a_run_trains_with_batch_tokens(tiny_collected, tmp_path, torch_single_t
             "--warmup-steps", "1", "--report-to", "none", "--vocab", "512"]
     run = train(cli.parse(TrainConfig, argv), argv)
     assert (run / "checkpoint-000002" / "hf").is_dir()
+
+
+def test_device_feed_hands_over_each_batch_once_in_order_with_its_host_copy():
+    """DeviceFeed (issue 62): (host, device) pairs in the feed's order, the next one taken ahead only on CUDA (on a
+    CPU it moves nothing); close() closes the feed under it."""
+    import pytest
+
+    from distill.train.device_feed import DeviceFeed
+
+    closed = []
+
+    class Feed:
+        def __init__(self):
+            self.it = iter([{"x": torch.tensor([i])} for i in range(3)])
+
+        def __next__(self):
+            return next(self.it)
+
+        def close(self):
+            closed.append(True)
+
+    feed = DeviceFeed(Feed(), torch.device("cpu"))
+    got = [next(feed) for _ in range(3)]
+    assert [int(h["x"]) for h, _ in got] == [0, 1, 2] and all(torch.equal(h["x"], d["x"]) for h, d in got)
+    with pytest.raises(StopIteration):
+        next(feed)
+    feed.close()
+    assert closed == [True]
+
+
+def test_zero2_bf16_trains_the_plain_run_s_layout():
+    """Under ZeRO-1/2 bf16 is DeepSpeed's torch_autocast (float32 weights, bf16 autocast), the plain run's layout;
+    ZeRO-3 and fp32 keep DeepSpeed's own settings (issue 62)."""
+    from types import SimpleNamespace
+
+    from distill.train.engine import deepspeed_settings
+
+    cfg = SimpleNamespace(grad_accum=2, batch_size=4, grad_clip=1.0)
+    for stage, precision, autocast in ((2, "bf16", True), (1, "bf16", True), (3, "bf16", False), (2, "no", False)):
+        ds = {"zero_optimization": {"stage": stage}, "bf16": {"enabled": precision == "bf16"}}
+        deepspeed_settings(ds, cfg, precision)
+        assert ("torch_autocast" in ds) == autocast, (stage, precision)
+        assert ds["bf16"]["enabled"] == (precision == "bf16" and not autocast)
+    ds = {"zero_optimization": {"stage": 2}, "torch_autocast": {"enabled": False}}
+    deepspeed_settings(ds, cfg, "bf16")
+    assert ds["torch_autocast"] == {"enabled": False}  # a config that sets it wins

@@ -117,6 +117,7 @@ def test_the_speed_command_trains_the_tiny_shape_and_prints_json(design, tmp_pat
     assert lines[-2].startswith(f"speed: {design} draft of the tiny shape on cpu")
     assert r["input_tokens_per_s"] > r["tokens_per_s"] > 0 and r["mfu"] is None  # no bf16 peak on a CPU
     assert r["batch_tokens"] == 256 and r["sequences"] == 256 // 63 and r["deepspeed"] is None
+    assert r["feed"] == "one collating thread"  # training's own feed over a synthetic collection on disk (issue 62)
     assert r["flops_per_step"] > 0 and r["loss"] == r["loss"] and r["steps"] == 2
     assert 0 < r["trainable_params"] < r["params"]  # the embedding (and the head) stay frozen, as the recipe says
 

@@ -161,8 +161,13 @@ class FeatureHead(torch.nn.Module):
         return None if self.d2t is None else self.d2t + torch.arange(len(self.d2t), device=self.d2t.device)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
-        """(..., len(layers) * H) target features -> (..., H), the head's hidden input at a verified position."""
-        return self.fc(features.to(self.dtype))
+        """(..., len(layers) * H) target features -> (..., H), the head's hidden input at a verified position. The
+        features go straight to the dtype fc computes in: autocast's where it is on for this device (training's
+        bf16 features stay bf16, not widened to float32 for autocast to narrow again: the same values, a third of
+        the bytes), else the weights'."""
+        device = self.fc.weight.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else self.dtype
+        return self.fc(features.to(dtype))
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """(..., H) head outputs -> (..., V_draft)."""

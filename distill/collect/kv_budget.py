@@ -91,13 +91,20 @@ def plan_batches(lengths: list[int], new_tokens: int, cap: int, cost: RowCost, b
         n = rows_that_fit(cost, budget, lengths[i], new_tokens, cap)
         if n == 0:
             need = cost.kv_row(lengths[i] + new_tokens) + cost.prefill(lengths[i])
-            raise UserError(f"a prompt of {lengths[i]} tokens + {new_tokens} new ones needs {need / GB:.2f} GB of KV "
-                            f"cache and prefill memory; the budget is {budget / GB:.2f} GB: raise --kv-budget-gb, "
-                            "lower --max-new-tokens, or drop the longest prompts")
+            raise UserError(f"a prompt of {lengths[i]} tokens + {new_tokens} new ones needs {size(need)} of KV cache "
+                            f"and prefill memory; the budget is {size(budget)}: raise --kv-budget-gb, lower "
+                            "--max-new-tokens, or drop the longest prompts")
         n = min(n, len(lengths) - i)
         sizes.append(n)
         i += n
     return sizes
+
+
+def size(n: int) -> str:
+    for unit, scale in (("GB", GB), ("MB", 2**20), ("KB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def auto_budget(device: torch.device, gb: float = 0.0) -> int:

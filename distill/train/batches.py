@@ -318,9 +318,12 @@ class StepBatches(torch.utils.data.Dataset):
 
 def feed(batches: StepBatches, workers: int, depth: int = 4):
     """An iterator over batches in order, collated ahead: by `workers` DataLoader processes, or by one background
-    thread when workers == 0. Call close() on it when done (stops the thread or the worker processes)."""
+    thread when workers == 0; in pinned memory on a CUDA machine (device_feed copies them asynchronously). Call
+    close() on it when done (stops the thread or the worker processes)."""
     if workers == 0:
-        return Prefetch((batches[i] for i in range(len(batches))), depth)
+        pin = torch.cuda.is_available()
+        return Prefetch(({k: v.pin_memory() for k, v in batches[i].items()} if pin else batches[i]
+                         for i in range(len(batches))), depth)
     loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False, num_workers=workers,
                                          prefetch_factor=depth, pin_memory=torch.cuda.is_available())
     return _Closing(iter(loader))

@@ -45,7 +45,7 @@ def make_engine(cfg: TrainConfig, accelerator, model) -> tuple[torch.nn.Module, 
     # the fused kernel makes one pass over it where the default makes one per arithmetic step
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95), fused=True)
     if ds_plugin is not None:
-        deepspeed_settings(ds_plugin.deepspeed_config, cfg)
+        deepspeed_settings(ds_plugin.deepspeed_config, cfg, accelerator.mixed_precision)
     student, optimizer = accelerator.prepare(student, optimizer)
     return student, optimizer, params
 
@@ -64,11 +64,21 @@ DEEPSPEED = {
 }
 
 
-def deepspeed_settings(ds: dict, cfg: TrainConfig) -> None:
+def deepspeed_settings(ds: dict, cfg: TrainConfig, mixed_precision: str = "no") -> None:
     """Fill the DeepSpeed config accelerate built, in place: grad accumulation, micro-batch size and clipping from
-    this config (so they live in one place), and DEEPSPEED where the config does not set them."""
+    this config (so they live in one place), and DEEPSPEED where the config does not set them.
+
+    bf16 under ZeRO-1/2: DeepSpeed's torch_autocast, not its bf16 mode. The weights and the optimizer stay float32
+    and the forward runs under bf16 autocast, as the plain (DDP or one-process) run computes, so a ZeRO-2 run and
+    a plain one train the same numbers and their speeds compare like with like (DeepSpeed's bf16 mode would make
+    the module pure bf16 with float32 masters in the optimizer). ZeRO-3 keeps the bf16 mode (its partitioned
+    parameters are gathered every forward: half the bytes). A config that sets torch_autocast itself wins."""
     ds["gradient_accumulation_steps"] = cfg.grad_accum
     ds["train_micro_batch_size_per_gpu"] = cfg.batch_size
     ds["gradient_clipping"] = cfg.grad_clip
     for key, value in DEEPSPEED.items():
         ds[key] = {**value, **(ds.get(key) or {})}
+    stage = int((ds.get("zero_optimization") or {}).get("stage", 0))
+    if mixed_precision == "bf16" and stage < 3 and "torch_autocast" not in ds:
+        ds["bf16"] = {"enabled": False}
+        ds["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}

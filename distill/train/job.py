@@ -21,6 +21,7 @@ from distill.train import batches, loop, memory_fit, parallel_batches, proxy
 from distill.train.build import FIT_EXAMPLES, build_model, draft_line, head_features
 from distill.train.config import TrainConfig, data_workers, lr_at, peak_lr
 from distill.train.data import batch_order, load_data, make_examples
+from distill.train.device_feed import DeviceFeed
 from distill.train.engine import make_engine
 from distill.train.setup import (
     launch_command,
@@ -114,7 +115,7 @@ def run_steps(run: loop.Run, held: proxy.HeldOut, state: dict | None, step: int,
     window = list(state.get("window", [])) if state else []
     stop = loop.StopSignal()
     # a step's micro-batches are collated ahead, off the main thread, from this step on (batches.feed)
-    feed = batches.feed(step_batches, data_workers(cfg))
+    feed = DeviceFeed(batches.feed(step_batches, data_workers(cfg)), accelerator.device)
     pending = loop.Pending()  # steps' loss rows still on the device: read at logging, evaluation and saving steps
     speed = throughput(cfg, accelerator, run.draft.model)
     cadence = loop.SaveCadence(cfg.save_every)  # which steps save (--save-every; 0: by the time saves take)

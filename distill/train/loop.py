@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from decode.errors import UserError
+from distill.sync_debug import hot_loop
 from distill.tracking import Tracker
 from distill.train import checkpoints, export, flops, proxy
 
@@ -46,10 +47,11 @@ class Run:
 
 
 def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], flops.StepTokens]:
-    """Optimizer step `step` over grad_accum micro-batches, the next ones of `feed` (batches.feed, which starts at
-    the run's first step): (row, names, tokens), tokens this rank's counts (padding excluded: flops.StepTokens,
-    read from the host copy of the batch), row the (2 + parts,) device tensor [loss, non-finite flag, part, ...] of
-    this rank, means over the micro-batches, names the parts' names. Nothing here reads the device (no host sync):
+    """Optimizer step `step` over grad_accum micro-batches, the next ones of `feed` (a device_feed.DeviceFeed over
+    batches.feed, which starts at the run's first step): (row, names, tokens), tokens this rank's counts (padding
+    excluded: flops.StepTokens, read from the host copy of the batch), row the (2 + parts,) device tensor [loss,
+    non-finite flag, part, ...] of this rank, means over the micro-batches, names the parts' names. Nothing here
+    reads the device (no host sync; off DeepSpeed under distill.sync_debug's check when SPECDISTILL_SYNC_DEBUG is set):
     Pending collects the rows and reads them, averaged over ranks, only where the loop needs them (logging,
     evaluation, saving; job.train), and check_finite acts on the flag there.
 
@@ -65,28 +67,29 @@ def train_step(run: Run, feed, step: int) -> tuple[torch.Tensor, list[str], flop
     step_loss, parts_sum = torch.zeros((), device=accelerator.device), {}
     tokens = flops.StepTokens()
     bad = torch.zeros((), device=accelerator.device)
-    for _ in range(cfg.grad_accum):
-        host = next(feed)
-        lengths = host["attention_mask"].numpy().sum(1)  # on the host (numpy): no device read
-        tokens.add(flops.StepTokens(int(lengths.sum()), len(lengths), int((lengths ** 2).sum()), len(host["sel"])))
-        b = {k: v.to(accelerator.device, non_blocking=True) for k, v in host.items()}
-        if run.online is not None:  # a feature head's features, from the target now
-            b["features"] = run.online(b)
-        with accelerator.accumulate(student):
-            # the head and the loss run inside the Student's forward, over chunks of the N trained positions
-            loss, parts = student(b["input_ids"], b["attention_mask"], b["sel"], targets=b)
-            accelerator.backward(loss)
-            bad = torch.maximum(bad, (~torch.isfinite(loss.detach())).float())
-            if accelerator.sync_gradients and not deepspeed:
-                norm = accelerator.clip_grad_norm_(run.params, cfg.grad_clip)
-                bad = torch.maximum(bad, (~torch.isfinite(norm)).float())  # NaN or inf in a loss or a gradient
-                inner.found_inf = bad  # read by the fused AdamW kernel: 1 skips the update
-            optimizer.step()
-            optimizer.zero_grad()
-        step_loss += loss.detach() / cfg.grad_accum
-        for k, v in parts.items():
-            v = torch.as_tensor(v).detach().to(device=step_loss.device, dtype=torch.float32)
-            parts_sum[k] = parts_sum.get(k, 0.0) + v / cfg.grad_accum
+    # DeepSpeed's engine reads its own flags from the device inside step(): the sync check covers the plain runs
+    with contextlib.nullcontext() if deepspeed else hot_loop(accelerator.device):
+        for _ in range(cfg.grad_accum):
+            host, b = next(feed)  # device_feed.DeviceFeed: b copied ahead on a side stream on CUDA
+            lengths = host["attention_mask"].numpy().sum(1)  # on the host (numpy): no device read
+            tokens.add(flops.StepTokens(int(lengths.sum()), len(lengths), int((lengths ** 2).sum()), len(host["sel"])))
+            if run.online is not None:  # a feature head's features, from the target now
+                b["features"] = run.online(b)
+            with accelerator.accumulate(student):
+                # the head and the loss run inside the Student's forward, over chunks of the N trained positions
+                loss, parts = student(b["input_ids"], b["attention_mask"], b["sel"], targets=b)
+                accelerator.backward(loss)
+                bad = torch.maximum(bad, (~torch.isfinite(loss.detach())).float())
+                if accelerator.sync_gradients and not deepspeed:
+                    norm = accelerator.clip_grad_norm_(run.params, cfg.grad_clip)
+                    bad = torch.maximum(bad, (~torch.isfinite(norm)).float())  # NaN or inf in a loss or a gradient
+                    inner.found_inf = bad  # read by the fused AdamW kernel: 1 skips the update
+                optimizer.step()
+                optimizer.zero_grad()
+            step_loss += loss.detach() / cfg.grad_accum
+            for k, v in parts.items():
+                v = torch.as_tensor(v).detach().to(device=step_loss.device, dtype=torch.float32)
+                parts_sum[k] = parts_sum.get(k, 0.0) + v / cfg.grad_accum
     names = list(parts_sum)
     return torch.stack([step_loss.float(), bad, *(parts_sum[k] for k in names)]), names, tokens
 

@@ -10,15 +10,18 @@ shape's config with random weights on the device (no target weights, no files): 
 full width with its draft vocabulary (8,192) and the embedding and head frozen; head = the feature head, one layer
 at the target's width reading 3 feature layers, the same vocabulary, unrolled --ttt-steps. It trains through the
 real path: Student / HeadStudent, engine.make_engine (accelerate, DeepSpeed under `accelerate launch`, the recipe's
-AdamW and loss), loop.train_step, bf16 autocast on CUDA. Batches are shaped like batches.collate's: as many
-sequences of about --prompt-len + --response-len tokens as the token budget holds (similar lengths, little
-padding), random top-k teacher rows, bf16 random features for the head. After --warmup steps (compiling, first
-kernels, optimizer state) --steps are timed; MFU counts the draft's FLOPs from its shapes (flops.py).
+AdamW and loss), loop.train_step, bf16 autocast on CUDA (under DeepSpeed too: engine.DEEPSPEED's torch_autocast,
+fp32 weights, so a ZeRO-2 run and a plain one compare like with like). The data goes through training's own feed
+(speed_data.py): a synthetic collection written to a scratch folder, as many sequences of about --prompt-len +
+--response-len tokens a micro-batch as the token budget holds, random top-k teacher rows, for the head memory-mapped
+bf16 features; read back by StepBatches and batches.feed (DataLoader workers with pinned memory on a GPU machine)
+and copied ahead on a side stream (device_feed.py). After --warmup steps (compiling, first kernels, optimizer
+state) --steps are timed; MFU counts the draft's FLOPs from its shapes (flops.py).
 
 Prints a line, then the result as JSON (the last line of stdout; also --out); tokens_per_s counts trained positions
 a second, as training's train/tokens_per_s does, input_tokens_per_s prompt and response tokens (no padding):
     {"shape", "design", "device", "processes", "deepspeed", "precision", "compile", "steps", "warmup",
-     "batch_tokens", "sequences", "input_tokens_per_s", "tokens_per_s", "mfu", "peak_flops",
+     "batch_tokens", "sequences", "feed", "input_tokens_per_s", "tokens_per_s", "mfu", "peak_flops",
      "flops_per_step", "seconds", "params", "trainable_params", "loss"}
 """
 
@@ -40,13 +43,14 @@ from decode.errors import UserError
 from decode.models.feature_head import FeatureHead, default_layers, layer_config
 from decode.models.shapes import SHAPES, shape_config
 from distill.collect import CollectConfig
-from distill.train import engine, flops, head, loop, setup
-from distill.train.config import TrainConfig, batch_tokens, peak_lr
+from distill.train import batches, engine, flops, head, loop, setup, speed_data
+from distill.train.config import TrainConfig, batch_tokens, data_workers, peak_lr
 from distill.train.designs import apply_freeze
+from distill.train.device_feed import DeviceFeed
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "gpu-8b.yaml"
 DESIGNS = {"standalone": "standalone", "head": "feature_head"}
-BATCHES = 4  # distinct synthetic batches, cycled: the host makes them once, before timing
+BATCHES = 4  # distinct synthetic batches, cycled (speed_data.order): written once, before timing
 
 
 @dataclass
@@ -107,32 +111,6 @@ def build(cfg: TrainConfig, shape: str, device: torch.device):
     return model, flops.standalone_shape(model)
 
 
-# --- synthetic batches, shaped as batches.collate's
-
-
-def synthetic_batch(g: torch.Generator, sequences: int, prompt: int, response: int, vocab: int, topk: int,
-                    features: torch.Tensor | None = None) -> dict:
-    """One right-padded micro-batch: input_ids, attention_mask (B, T), sel (N,) the response positions, topk_ids
-    (N, k) distinct ids, topk_logprobs (N, k) float16 descending (the rest of the mass in the tail), labels (N,) the
-    teacher's top token; with `features` (T_max, F) bf16 random rows, features (B, T, F) bf16 whose every sequence
-    starts with those rows (random numbers for 16k tokens x 12,288 features would take the host seconds)."""
-    resp = response - torch.randint(0, max(1, response // 8), (sequences,), generator=g)  # (B,) response lengths
-    lens = prompt + resp - 1  # inputs: prompt + response[:-1]
-    T = int(lens.max())
-    mask = (torch.arange(T)[None] < lens[:, None]).long()
-    ids = torch.randint(0, vocab, (sequences, T), generator=g) * mask
-    sel = torch.cat([b * T + prompt - 1 + torch.arange(int(n)) for b, n in enumerate(resp)])
-    N = len(sel)
-    top = (torch.randint(0, vocab, (N, 1), generator=g) + torch.arange(topk)) % vocab  # distinct in a row
-    lp = torch.log_softmax(torch.randn(N, topk + 1, generator=g) * 2, -1).sort(-1, descending=True).values[:, :topk]
-    out = {"input_ids": ids, "attention_mask": mask, "sel": sel, "topk_ids": top, "topk_logprobs": lp.half(),
-           "labels": top[:, 0].clone()}
-    if features is not None:
-        out["features"] = features[:T].expand(sequences, T, -1).clone()
-        out["features"][~mask.bool()] = 0  # zero-padded, as collate pads
-    return out
-
-
 def batch_shape(cfg: TrainConfig, s: SpeedConfig) -> tuple[int, int]:
     """(token budget a micro-batch, sequences a micro-batch): the budget training resolves here (config.batch_tokens),
     or TrainConfig's --batch-size default of sequences where that is off (CPU)."""
@@ -142,13 +120,6 @@ def batch_shape(cfg: TrainConfig, s: SpeedConfig) -> tuple[int, int]:
         return budget, max(1, budget // length)
     sequences = TrainConfig.batch_size
     return sequences * length, sequences
-
-
-def feed(batches: list[dict]):
-    i = 0
-    while True:
-        yield batches[i % len(batches)]
-        i += 1
 
 
 # --- the run
@@ -167,33 +138,40 @@ def measure(s: SpeedConfig) -> dict:
         g["lr"] = peak_lr(cfg, width)
     budget, sequences = batch_shape(cfg, s)
     gen = torch.Generator().manual_seed(s.seed + accelerator.process_index)
-    topk = CollectConfig.topk
-    length = s.prompt_len + s.response_len
-    feature_rows = torch.randn(length, shape.features, generator=gen).bfloat16() if shape.features else None
-    made = [synthetic_batch(gen, sequences, s.prompt_len, s.response_len, shape.vocab, topk, feature_rows)
-            for _ in range(BATCHES)]
-    if accelerator.device.type == "cuda":  # as the trainer's DataLoader hands them over
-        made = [{k: v.pin_memory() for k, v in b.items()} for b in made]
-    run = loop.Run(cfg, accelerator, student, optimizer, params, None, None, None, "", Path(tempfile.gettempdir()),
-                   None)
+    scratch = tempfile.TemporaryDirectory(prefix="speed-data-")
+    count = sequences * BATCHES
+    ex = speed_data.examples(Path(scratch.name), gen, count, s.prompt_len, s.response_len, shape.vocab,
+                             CollectConfig.topk, shape.features)
+    steps = s.warmup + s.steps
+    workers = data_workers(cfg)
+    source = DeviceFeed(batches.feed(batches.StepBatches(ex, speed_data.order(count, sequences), None, 0, steps,
+                                                         cfg.grad_accum, 1, 0, map_inputs=s.design == "standalone"),
+                                     workers), accelerator.device)
+    feed_kind = (f"DataLoader, {workers} workers" if workers else "one collating thread") + \
+        (", pinned" if accelerator.device.type == "cuda" else "")
+    run = loop.Run(cfg, accelerator, student, optimizer, params, None, None, None, "", Path(scratch.name), None)
     cuda = accelerator.device.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(accelerator.device)) if cuda else (lambda: None)
     bf16 = cuda and accelerator.mixed_precision == "bf16"
     peak = loop.peak_flops(torch.cuda.get_device_name(accelerator.device)) if bf16 else None
     speed = loop.Throughput(accelerator.num_processes, shape, peak, warmup=s.warmup, sync=sync)
-    source, rows, timed = feed(made), [], flops.StepTokens()
+    rows, timed = [], flops.StepTokens()
     t0 = None
-    for step in range(s.warmup + s.steps):
-        if step == s.warmup:
-            sync()
-            t0 = time.perf_counter()
-        row, _, tokens = loop.train_step(run, source, step)
-        speed.add(tokens)
-        rows.append(row)
-        if step >= s.warmup:
-            timed.add(tokens)
-    values = torch.stack(rows).tolist()  # the one read of the device: waits for the last step
-    seconds = time.perf_counter() - t0
+    try:
+        for step in range(steps):
+            if step == s.warmup:
+                sync()
+                t0 = time.perf_counter()
+            row, _, tokens = loop.train_step(run, source, step)
+            speed.add(tokens)
+            rows.append(row)
+            if step >= s.warmup:
+                timed.add(tokens)
+        values = torch.stack(rows).tolist()  # the one read of the device: waits for the last step
+        seconds = time.perf_counter() - t0
+    finally:
+        source.close()
+        scratch.cleanup()
     trained_per_s, more = speed.read()
     if any(v[1] > 0 for v in values):
         raise UserError(f"a step's loss or gradients were not finite (losses {[round(v[0], 4) for v in values]})")
@@ -201,7 +179,7 @@ def measure(s: SpeedConfig) -> dict:
     return {"shape": s.shape, "design": s.design, "device": device_name(accelerator.device),
             "processes": accelerator.num_processes, "deepspeed": f"zero{ds.zero_stage}" if ds else None,
             "precision": accelerator.mixed_precision, "compile": engine.use_compile(cfg, accelerator), "steps": s.steps,
-            "warmup": s.warmup, "batch_tokens": budget, "sequences": sequences,
+            "warmup": s.warmup, "batch_tokens": budget, "sequences": sequences, "feed": feed_kind,
             "input_tokens_per_s": more["train/input_tokens_per_s"], "tokens_per_s": round(trained_per_s, 1),
             "mfu": more.get("train/mfu"), "peak_flops": peak,
             "flops_per_step": flops.train_flops(shape, timed)["total"] // s.steps, "seconds": round(seconds, 3),
