@@ -246,3 +246,17 @@ def test_a_failed_capture_runs_the_steps_eagerly_and_is_counted(tiny_llama, monk
 def test_check_policy():
     assert generation.check_policy(torch.device("cpu")) == (1, True)
     assert generation.check_policy(SimpleNamespace(type="cuda")) == (generation.CHECK_EVERY, False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_steps_draw_what_eager_cuda_steps_draw_with_no_host_sync(tiny_llama, monkeypatch):
+    """On a GPU: captured sampled steps (the generator registered with the graph) draw the eager steps' tokens for
+    the same seed, with no capture falling back, under set_sync_debug_mode("error")."""
+    model, sampling = tiny_llama(0).cuda(), SamplingParams(0.9, 20, 0.95)
+    ps = prompts(model.config.vocab_size)
+    monkeypatch.setenv("SPECDISTILL_SYNC_DEBUG", "error")
+    graphs = generate_batch(model, ps, NEW, sampling, K, set(), 0, generator=torch.Generator("cuda").manual_seed(3))
+    assert not llama_steps.eager_fallbacks(model)
+    monkeypatch.setenv("SPECDISTILL_CUDA_GRAPHS", "0")
+    eager = generate_batch(model, ps, NEW, sampling, K, set(), 0, generator=torch.Generator("cuda").manual_seed(3))
+    assert [g.response_ids for g in graphs] == [g.response_ids for g in eager]
