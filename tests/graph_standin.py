@@ -13,8 +13,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-SYNC_OPS = ("aten._local_scalar_dense", "aten.item", "aten.is_nonzero", "aten.equal", "aten.nonzero", "aten.masked_select", "aten.unique", "aten._unique",
-            "aten.masked_scatter", "aten.repeat_interleave.Tensor")
+# ops whose result the host waits for; torch.multinomial checks its input's validity on the host on CUDA
+SYNC_OPS = ("aten._local_scalar_dense", "aten.item", "aten.is_nonzero", "aten.equal", "aten.nonzero",
+            "aten.masked_select", "aten.unique", "aten._unique", "aten.masked_scatter", "aten.repeat_interleave.Tensor",
+            "aten.multinomial")
 INDEX_OPS = (torch.ops.aten.index, torch.ops.aten.index_put, torch.ops.aten.index_put_)
 
 

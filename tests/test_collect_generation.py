@@ -11,13 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from decode.drafting.sampling import SamplingParams
 from decode.runners.graphs import GraphLlama
 from distill.collect import generation, llama_steps, step_ops
 from distill.collect.generation import generate_batch
-from tests.graph_standin import RecordedGraph, count_ops
+from tests.graph_standin import RecordedGraph, count_ops, host_read
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -115,14 +116,30 @@ def test_sampled_rows_match_the_model_s_own_forward_draw_for_draw(tiny_llama, mo
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "nonzero")
 
 
-def test_a_decode_step_reads_nothing_from_the_device(tiny_llama, monkeypatch):
+class HostReads(TorchDispatchMode):
+    """Notes the ops that make the host wait for the device (tests/graph_standin.host_read), inside C++ ops too."""
+
+    def __init__(self, seen: list):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if host_read(func, args):
+            self.seen.append((str(func), "aten"))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SamplingParams(0.9, 20, 0.95)])
+def test_a_decode_step_reads_nothing_from_the_device(tiny_llama, monkeypatch, sampling):
+    """Python-level reads (.item(), .tolist(), bool(), ...) and ops that wait for the device, greedy and sampled."""
     model, reads, inside = tiny_llama(0), [], [False]
     advance = llama_steps.LlamaSteps.advance
 
     def counted(self, *a, **kw):
         inside[0] = True
         try:
-            return advance(self, *a, **kw)
+            with HostReads(reads):
+                return advance(self, *a, **kw)
         finally:
             inside[0] = False
 
@@ -138,7 +155,8 @@ def test_a_decode_step_reads_nothing_from_the_device(tiny_llama, monkeypatch):
     monkeypatch.setattr(llama_steps.LlamaSteps, "advance", counted)
     for name in READS:
         monkeypatch.setattr(torch.Tensor, name, counting(name))
-    generate_batch(model, prompts(model.config.vocab_size), NEW, GREEDY, K, {5}, 0)
+    generate_batch(model, prompts(model.config.vocab_size), NEW, sampling, K, {5}, 0,
+                   generator=torch.Generator().manual_seed(0))
     monkeypatch.undo()
     assert reads == []
 
