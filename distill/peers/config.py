@@ -34,7 +34,7 @@ class PeersConfig:
                           + ", ".join(RECIPES)})
     steps: int = field(default=0, metadata={"help": "optimizer steps for each peer run (0 = as many as our head's)"})
     prompts: list = field(default_factory=lambda: ["heldout", "ood"], metadata={"help": "prompt sets, one evaluation "
-                          "each, every draft in it"})
+                          "each, every draft in it ([] = train and measure the proxy only; a rerun evaluates)"})
     limit: int = field(default=48, metadata={"help": "prompts of each set, taken in turn from each category"})
     anchors: str = field(default="vllm", metadata={"help": "vllm: also vLLM's α for each draft it serves, on the first "
                                                           "prompt set (through --peer-python) | hf | none"})
