@@ -25,7 +25,7 @@ Each row carries its target, what was measured and whether it met the target (TA
 or a collection whose graph capture fell back to eager steps, is not ok, and the command exits 1. The 8b targets
 are the project's: the decoder >= 50% of the weight-streaming limit, the cut lossless, training >= 35% MFU
 (standalone) and >= 30% (head), ZeRO-2 >= 0.8x the plain run, collection >= 5,000 tok/s, a draft shipped. The
-tiny targets only show that each path runs on a CPU (about a tenth of what a loaded 2-core box measured).
+tiny targets only show that each path runs on a CPU (speeds about a tenth of what a loaded 2-core box measured).
 
 It prints one table (also OUT/gpu_check.json, rows as they finish, so a killed check keeps what it measured); each
 step's output is in OUT/logs/STEP.log. The 8b budgets sum to 85% of 8 minutes less the parent's own start
@@ -88,12 +88,14 @@ TARGETS = {
            "standalone": Target("mfu_pct", 35, "% MFU"), "head": Target("mfu_pct", 30, "% MFU"),
            "zero2": Target("ratio", 0.8, "x the plain run"), "collect": Target("tokens_per_s", 5000, "tok/s"),
            "pipeline": Target("shipped", 1, "draft shipped (1 = yes)")},
-    # a CPU: the paths run (no MFU without a known peak: trained tok/s instead)
+    # a CPU: the paths run (no MFU without a known peak: trained tok/s instead). Speeds about a tenth of what a
+    # 2-core box measured beside other jobs (load ~9, 2026-12-06: 67%, 306, 133, 91 tok/s; docs/results.md); the
+    # ratio ZeRO-2 / plain (0.92 there) does not fall with the load, so its floor stays 0.3
     "tiny": {"decoder": Target("stream_pct", 5, "% of the weight-streaming limit"),
              "cut": Target("lossless", 1, "lossless (1 = yes)"),
-             "standalone": Target("tokens_per_s", 200, "trained tok/s"),
-             "head": Target("tokens_per_s", 100, "trained tok/s"),
-             "zero2": Target("ratio", 0.3, "x the plain run"), "collect": Target("tokens_per_s", 100, "tok/s"),
+             "standalone": Target("tokens_per_s", 30, "trained tok/s"),
+             "head": Target("tokens_per_s", 13, "trained tok/s"),
+             "zero2": Target("ratio", 0.3, "x the plain run"), "collect": Target("tokens_per_s", 9, "tok/s"),
              "pipeline": Target("shipped", 1, "draft shipped (1 = yes)")},
 }
 
