@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO / "docs" / "bad-inputs.md"
-JOBS = ("collect", "train", "evaluate", "bench", "pipeline", "sweep", "publish", "copy probe", "report")
+JOBS = ("collect", "train", "evaluate", "bench", "pipeline", "sweep", "publish", "copy probe", "report", "peers")
 
 
 def _main(job: str) -> Callable:
@@ -49,6 +49,8 @@ def _main(job: str) -> Callable:
         from distill.train.copy_probe import main
     elif job == "report":
         from distill.evaluate.report import main
+    elif job == "peers":
+        from distill.peers.job import main
     else:
         raise ValueError(f"unknown job {job!r}; one of {JOBS}")
     return main

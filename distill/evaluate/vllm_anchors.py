@@ -94,12 +94,13 @@ def request(target_folder: str, encoded: list[list[int]], drafts: list[tuple[str
             "other_tokenizer": list(other_tokenizer)}
 
 
-def measure(req: dict, timeout_s: float | None = None) -> dict:
-    """Run the child on `req`; its result, or {"error": ...} when it failed (the evaluation keeps its own numbers)."""
+def measure(req: dict, timeout_s: float | None = None, python: str | None = None) -> dict:
+    """Run the child (under `python`, default this interpreter) on `req`; its result, or {"error": ...} when it
+    failed (the evaluation keeps its own numbers)."""
     with tempfile.TemporaryDirectory(prefix="vllm-anchors-") as tmp:
         src, dst = Path(tmp) / "request.json", Path(tmp) / "result.json"
         src.write_text(json.dumps(req))
-        cmd = [sys.executable, "-m", "distill.evaluate.vllm_anchors", str(src), str(dst)]
+        cmd = [python or sys.executable, "-m", "distill.evaluate.vllm_anchors", str(src), str(dst)]
         n = 1 + len(req["drafts"]) + 1
         print(f"vLLM anchors: {n} engines in one child process (its log is kept only on failure)", file=sys.stderr,
               flush=True)
@@ -113,14 +114,15 @@ def measure(req: dict, timeout_s: float | None = None) -> dict:
 
 
 def anchor(target: str, drafts: list[tuple[str, str]], entries: list[dict], encoded: list[list[int]], *, gamma: int,
-           max_new_tokens: int, eos, dtype: str, seed: int) -> dict:
+           max_new_tokens: int, eos, dtype: str, seed: int, python: str | None = None) -> dict:
     """report.json's `vllm` anchor: vLLM's numbers (the child's), each draft in `drafts` order with vLLM's numbers
     or why vLLM cannot serve it, and next to them our own α, τ, speedup for the same draft and γ."""
     serve = [(d, label) for d, label in drafts if servable(d) is None]
     other = [e["draft"] for e in entries if e.get("draft_kind") == "other_tokenizer"]
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # our cached blocks, so the child's vLLM finds them free (vllm_engine.gpu_share)
-    result = measure(request(resolve(target), encoded, serve, gamma, max_new_tokens, list(eos), dtype, seed, other))
+    result = measure(request(resolve(target), encoded, serve, gamma, max_new_tokens, list(eos), dtype, seed, other),
+                     python=python)
     measured = {e["draft"]: e for e in result.get("drafts", [])}
     result["drafts"] = [measured.get(d) or {"label": label, "draft": d, "method": method(d), "gamma": gamma,
                                             **({"not_servable": servable(d)} if servable(d) else

@@ -194,7 +194,7 @@ def head_problems(folder: Path, target_config) -> list[str]:
 
     vLLM collects the target's aux hidden states in layer order and concatenates them so: the ids must ascend, as
     the head's features do. It reads a missing `norm_before_residual` as true (speculators as false), so it must be
-    written out. d2t (target id - draft id) and t2d (the draft ids' mask over the target's vocabulary) must agree.
+    written out (either value: the bundled decoder runs both). d2t (target id - draft id) and t2d (the draft ids' mask over the target's vocabulary) must agree.
     """
     folder = Path(folder)
     try:
@@ -215,9 +215,9 @@ def head_problems(folder: Path, target_config) -> list[str]:
             and ids == sorted(set(ids))):
         problems.append(f"eagle_aux_hidden_state_layer_ids {ids}: give distinct ascending target layer ids in "
                         f"0..{n - 1} (vLLM concatenates the features in layer order)")
-    if cfg.get("norm_before_residual") is not False:
-        problems.append(f"norm_before_residual is {cfg.get('norm_before_residual')!r}: write false (vLLM reads a "
-                        "missing one as true)")
+    if not isinstance(cfg.get("norm_before_residual"), bool):
+        problems.append(f"norm_before_residual is {cfg.get('norm_before_residual')!r}: write true or false as the "
+                        "head was trained (vLLM reads a missing one as true, speculators as false)")
     try:
         with safe_open(folder / "model.safetensors", framework="pt") as sf:
             keys = set(sf.keys())

@@ -38,6 +38,7 @@ from decode.models.targets import eos_ids, load_draft
 from decode.options import DecodeOptions
 from decode.prompts import encode_prompt, read_prompts
 from decode.runners.choice import runner_for
+from distill.collect import vllm_engine
 from distill.publish import servable
 
 RUNNER = Path(__file__).with_name("vllm_run.py")
@@ -49,12 +50,8 @@ TIMEOUT_S = 1800  # two engine loads (~1 min each on 2 CPU cores) plus the gener
 
 
 def vllm_installed(python: str) -> bool:
-    """Whether `python` can import vllm (importlib.util.find_spec: nothing is imported, so this is quick)."""
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
-    try:
-        return subprocess.run([python, "-c", probe], capture_output=True, timeout=120).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    """Whether `python` can import vllm (collect.vllm_engine.importable_in)."""
+    return vllm_engine.importable_in(python)
 
 
 def check_prompts(tokenizer, n: int = VLLM_PROMPTS) -> list[list[int]]:

@@ -100,6 +100,7 @@ def build_feature_head(cfg: TrainConfig, tok, seqs, accelerator) -> Draft:
     card = {"kind": "feature_head", "feature_layers": model.feature_layers, "head_layers": 1, "layers": 1,
             "hidden_size": tc.hidden_size, "vocab_size": model.draft_vocab_size, "params": total,
             "trainable_params": trainable, "features": cfg.features, "ttt_steps": cfg.ttt_steps,
+            "variant": sorted(k for k, on in model.variant.items() if on),
             "step_ms": round(latency.step_latency(model.eval(), context=128, n_tokens=1) * 1e3, 3)}
     model.train()
     vocab = VocabMap(vocab_map, tc.vocab_size) if vocab_map is not None else None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from decode.errors import UserError
+from decode.models.feature_head import VARIANTS
 from decode.options import DecodeOptions
 from distill.train import head, losses, parallel
 from distill.train.designs import (
@@ -47,6 +48,10 @@ class TrainConfig:
     ttt_steps: int = field(default=3, metadata={"help": "feature_head: training-time test steps (the head unrolled "
                            "on its own outputs)"})
     ttt_decay: float = field(default=0.8, metadata={"help": "feature_head: loss weight of TTT step k is decay^k"})
+    head_variant: list = field(default_factory=list, metadata={"help": "feature_head: speculators' eagle3 switches "
+                               "to turn on: norm_before_residual, norm_before_fc, fc_norm, norm_output "
+                               "(decode/models/feature_head.py; speculators' trainer turns the first, second and "
+                               "fourth on)"})
     layers: int | list = field(default=2, metadata={"help": "draft depth, or target layer indices e.g. [0, 29]"})
     hidden_size: int | None = field(default=None, metadata={"help": "draft width (prune init); None = target's"})
     intermediate_size: int | None = field(default=None, metadata={"help": "FFN width; None = target's"})
@@ -146,6 +151,9 @@ class TrainConfig:
             raise UserError("--design feature_head is one decoder layer with --init target_layers or random; "
                             "--copy-circuit, --lora-r and a list of --layers are for standalone drafts")
         parallel.check(self)
+        unknown = [v for v in self.head_variant if v not in VARIANTS]
+        if unknown:
+            raise UserError(f"--head-variant {unknown}: choose among {', '.join(VARIANTS)}")
         if not 0 < self.ttt_decay <= 1:
             raise UserError(f"--ttt-decay must be in (0, 1], got {self.ttt_decay}")
         bad = set(self.loss) - set(losses.LOSS_NAMES)

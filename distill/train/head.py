@@ -75,7 +75,8 @@ def build_head(cfg, folder: str, draft_ids: list[int] | None, seed: int) -> Feat
     src = draft_from_files(folder, [n - 1], torch.float32)  # a 1-layer model: the target's last layer + ends
     torch.manual_seed(seed)
     head = FeatureHead(layer_config(tc), feature_layers(cfg, n), draft_ids,
-                       {"name_or_path": folder, "architectures": list(tc.architectures or [])})
+                       {"name_or_path": folder, "architectures": list(tc.architectures or [])},
+                       dict.fromkeys(cfg.head_variant, True))
     std = getattr(tc, "initializer_range", 0.02)
     for p in head.parameters():
         if p.dim() == 2:
@@ -251,7 +252,7 @@ class HeadStudent(torch.nn.Module):
         n = T - 1
         tok, hid = input_ids[:, 1:], head.fuse(features[:, :-1])  # (B, n), (B, n, H)
         pos = torch.arange(1, T, device=input_ids.device)[None].expand(B, n)
-        causal = torch.ones(n, n, dtype=torch.bool, device=tok.device).tril()
+        causal = head.causal(n, tok.device)  # (n, n), within the layer's window where it has one
         eye = torch.eye(n, dtype=torch.bool, device=tok.device)
         past = None
         for k in range(steps):

@@ -1,0 +1,4 @@
+from distill.peers.job import main
+
+if __name__ == "__main__":
+    main()
