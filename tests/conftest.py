@@ -347,12 +347,16 @@ def tiny_collected(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tokenizer_pair(tmp_path_factory):
     """SimpleNamespace(target: the default's SmolLM2 tokenizer (49,152), gpt2: GPT-2's (50,257, from openai-whisper's
-    ranks), sp: a SentencePiece-style one trained on a short text, folders: {name: saved folder}) (tokenizer_pairs.py)."""
-    from tokenizer_pairs import gpt2_tokenizer, sentencepiece_tokenizer
+    ranks), sp: a SentencePiece-style one trained on a short text, smol32k / gpt2_32k: the first two cut to 32,000
+    ids each (one size, other merges and ids: a Llama 2 / Mistral-like pair), folders: {name: saved folder})
+    (tokenizer_pairs.py)."""
+    from tokenizer_pairs import gpt2_tokenizer, sentencepiece_tokenizer, trimmed
 
     from decode.models.targets import load_tokenizer, resolve
 
     root = tmp_path_factory.mktemp("tokenizers")
-    gpt2, sp = gpt2_tokenizer(root / "gpt2"), sentencepiece_tokenizer(root / "sp")
-    return SimpleNamespace(target=load_tokenizer("default"), gpt2=gpt2, sp=sp,
-                           folders={"target": resolve("default"), "gpt2": root / "gpt2", "sp": root / "sp"})
+    target, gpt2, sp = load_tokenizer("default"), gpt2_tokenizer(root / "gpt2"), sentencepiece_tokenizer(root / "sp")
+    smol32k, gpt2_32k = trimmed(target, 32000, root / "smol32k"), trimmed(gpt2, 32000, root / "gpt2_32k")
+    return SimpleNamespace(target=target, gpt2=gpt2, sp=sp, smol32k=smol32k, gpt2_32k=gpt2_32k,
+                           folders={"target": resolve("default"), **{k: root / k for k in ("gpt2", "sp", "smol32k",
+                                                                                           "gpt2_32k")}})

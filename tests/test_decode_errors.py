@@ -171,9 +171,14 @@ def _save_draft(folder: Path, model, tok, vocab_map=None) -> str:
 
 
 def test_load_draft_folder_with_mismatched_tokenizer(tmp_path, tiny_llama, tiny_tokenizer):
+    """Two ids swapped, one size: a specdistill draft (it speaks the target's ids) is refused naming them; a plain
+    folder is a draft with its own tokenizer."""
     target, tok = tiny_llama(0), tiny_tokenizer()
     path = _save_draft(tmp_path / "d", tiny_llama(1), tiny_tokenizer(swap=(3, 4)))
-    assert "token-to-id maps differ" in _raises(load_draft, path, target, tok)
+    assert load_draft(path, target, tok).other is not None
+    (tmp_path / "d" / "specdistill.json").write_text(json.dumps({"target": "tiny"}))
+    msg = _raises(load_draft, path, target, tok)
+    assert "built by specdistill for tiny" in msg and "token-to-id maps differ" in msg and "'t3'" in msg
 
 
 def test_load_draft_folder_with_vocab_map(tmp_path, tiny_llama, tiny_tokenizer):

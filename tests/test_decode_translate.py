@@ -137,6 +137,32 @@ def test_greedy_output_is_the_targets(pair, runner, name, hf_greedy):
     assert pair.want[0] == hf_greedy(pair.target, pair.prompts[0], 24)
 
 
+# --- one size, two tokenizers (Llama 2's and Mistral's both have 32,000 ids): the same paths, both ways
+
+SAME_SIZE = [("smol32k", "gpt2_32k"), ("gpt2_32k", "smol32k")]
+
+
+@pytest.fixture(scope="module", params=SAME_SIZE, ids=[f"{t}-from-{d}" for t, d in SAME_SIZE])
+def same_size(request, tokenizer_pair):
+    t, d = (getattr(tokenizer_pair, n) for n in request.param)
+    target = _llama(0, len(t))
+    prompts = [t(c)["input_ids"] for c in ("Write about the sea.", "def add(a, b):\n")]
+    return SimpleNamespace(t=t, d=d, target=target, prompts=prompts,
+                           want=[generate(target, None, ids, 24)[0] for ids in prompts])
+
+
+@pytest.mark.parametrize("runner, name", [("fast", "g4"), ("fast", "tree4"), ("hf", "g4"), ("graph", "g4")])
+def test_a_same_size_pair_is_lossless_and_counted_in_target_tokens(same_size, runner, name):
+    assert len(same_size.t) == len(same_size.d) == 32000 and not vp.same_tokenizer(same_size.t, same_size.d)
+    model = {"fast": _llama(1, 32000), "hf": _gpt2(1, 32000), "graph": GraphLlama(_llama(1, 32000), graphs=False)}[runner]
+    draft = vp.OtherTokenizerDraft(model, same_size.d, same_size.t, 32000)
+    for ids, want in zip(same_size.prompts, same_size.want):
+        out, stats = generate(same_size.target, draft, ids, 24, OPTIONS[name])
+        assert out == want
+        # α and τ read target tokens: every emitted token after the first is an accepted proposal or a round's own
+        assert stats.accepted + stats.rounds == len(out) - 1 and stats.proposed > 0 and stats.draft_tokens > 0
+
+
 # --- an oracle draft: its text is the target's, so whatever its tokens, nearly all of it must be accepted
 
 
@@ -260,11 +286,9 @@ class Table(HFRunner):
 SHARED_WORDS = [" the", " cat", " sat", " on", " mat", " dog", ".", " ran"]
 
 
-@pytest.fixture(scope="module")
-def tables(tokenizer_pair):
-    """Target: 8 SmolLM2 tokens GPT-2 also has and 2 it lacks; draft: GPT-2 twins of 6 of them and 2 GPT-2 tokens
-    SmolLM2 lacks (masked away by the restriction)."""
-    t, d = tokenizer_pair.target, tokenizer_pair.gpt2
+def _tables(t, d) -> SimpleNamespace:
+    """Target: 8 tokens of its tokenizer that the draft's also has and 2 it lacks; draft: twins of 6 of them and 2
+    tokens the target's lacks (masked away by the restriction)."""
     d_bytes = set(filter(None, vp.token_bytes(d)))
     t_only = [i for i, b in enumerate(vp.token_bytes(t)) if b and b.strip() and b not in d_bytes][:2]
     t_bytes = set(filter(None, vp.token_bytes(t)))
@@ -274,6 +298,16 @@ def tables(tokenizer_pair):
     target = Table(len(t), target_support, seed=0)
     draft = vp.OtherTokenizerDraft(Table(len(d), draft_support, seed=1), d, t, len(t))
     return SimpleNamespace(target=target, draft=draft, support=target_support, prompt=_ids(t, SHARED_WORDS[:2]))
+
+
+@pytest.fixture(scope="module")
+def tables(tokenizer_pair):
+    return _tables(tokenizer_pair.target, tokenizer_pair.gpt2)  # SmolLM2's and GPT-2's
+
+
+@pytest.fixture(scope="module", params=SAME_SIZE, ids=[f"{t}-from-{d}" for t, d in SAME_SIZE])
+def same_size_tables(request, tokenizer_pair):
+    return _tables(*(getattr(tokenizer_pair, n) for n in request.param))
 
 
 def _exact(tab, sampling: SamplingParams, n: int = 3) -> dict[tuple, float]:
@@ -308,6 +342,12 @@ def _chi2(tab, sampling, n_samples: int, seed: int, chi2_test, **kw) -> tuple[fl
                          ids=["t1", "tree4"])
 def test_sampling_matches_the_targets_distribution(tables, sampling, kw, n, chi2_test):
     stat, threshold = _chi2(tables, sampling, n, 1, chi2_test, **kw)
+    assert stat < threshold, (stat, threshold)
+
+
+@pytest.mark.parametrize("kw", [{}, {"tree_nodes": 4}], ids=["chain", "tree4"])
+def test_a_same_size_pair_samples_the_targets_distribution(same_size_tables, kw, chi2_test):
+    stat, threshold = _chi2(same_size_tables, SamplingParams(temperature=1.0), 800, 3, chi2_test, **kw)
     assert stat < threshold, (stat, threshold)
 
 

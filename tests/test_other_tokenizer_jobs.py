@@ -26,9 +26,9 @@ from distill.train.designs import DraftDesign, build_draft
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
-def _save(seed: int, tok, folder, layers: int = 2) -> str:
+def _save(seed: int, tok, folder, layers: int = 2, rows: int | None = None) -> str:
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256,  # head_dim 32: vLLM CPU
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=rows or len(tok), hidden_size=128, intermediate_size=256,  # head_dim 32: vLLM CPU
                                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                                          max_position_embeddings=512, initializer_range=0.3, tie_word_embeddings=True,
                                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
@@ -48,7 +48,11 @@ def folders(tmp_path_factory, tokenizer_pair):
     (root / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return {"target": _save(0, tokenizer_pair.target, root / "target"),
             "same": _save(2, tokenizer_pair.target, root / "same", layers=1),
-            "gpt2": _save(1, tokenizer_pair.gpt2, root / "gpt2"), "prompts": str(root / "p.jsonl"), "root": root}
+            "gpt2": _save(1, tokenizer_pair.gpt2, root / "gpt2"), "prompts": str(root / "p.jsonl"), "root": root,
+            # one size (32,000 ids), two tokenizers; and the first's tokenizer with 64 padding rows
+            "smol32k": _save(3, tokenizer_pair.smol32k, root / "smol32k"),
+            "gpt2_32k": _save(4, tokenizer_pair.gpt2_32k, root / "gpt2_32k"),
+            "padded": _save(5, tokenizer_pair.smol32k, root / "padded", layers=1, rows=32064)}
 
 
 def test_load_draft_decides_from_the_folders(folders, tokenizer_pair, tmp_path):
@@ -57,11 +61,13 @@ def test_load_draft_decides_from_the_folders(folders, tokenizer_pair, tmp_path):
     assert other.other is not None and other.decoding is other.other and len(other.other.tokenizer) == 50257
     same = load_draft(folders["same"], target, tok)
     assert same.other is None and same.decoding is same.model
-    # a specdistill draft claims the target's ids: another tokenizer there is an error, not a pair
+    # a specdistill draft speaks the target's ids: another tokenizer there is an error, not a pair
     claims = tmp_path / "claims"
     shutil.copytree(folders["gpt2"], claims)
-    (claims / draft_folder.META_FILE).write_text(json.dumps({"target": folders["target"]}))
-    with pytest.raises(UserError, match="the draft's tokenizer differs from the target's: vocabulary size 49152 vs 50257"):
+    (claims / draft_folder.META_FILE).write_text(json.dumps({"target": "gpt2-target"}))
+    with pytest.raises(UserError, match=r"was built by specdistill for gpt2-target \(specdistill.json\) and speaks that "
+                                        r"target's ids, but its tokenizer is not this target's \(vocabulary size 49152 "
+                                        r"vs 50257.*use it with the target it was built for"):
         load_draft(str(claims), target, tok)
     bare = tmp_path / "bare"
     shutil.copytree(folders["gpt2"], bare, ignore=shutil.ignore_patterns("tokenizer*", "vocab*", "merges*",
@@ -70,9 +76,43 @@ def test_load_draft_decides_from_the_folders(folders, tokenizer_pair, tmp_path):
         load_draft(str(bare), target, tok)
 
 
-def _bench(folders, tmp_path, *extra) -> dict:
+def test_same_size_drafts_are_decided_by_what_they_are(folders, tmp_path):
+    """Two 32,000-id tokenizers (Llama 2 and Mistral-7B-v0.1 both have that size): a plain folder reads its own text
+    either way round; a specdistill draft carrying the other one is refused in one line."""
+    for t, d in (("smol32k", "gpt2_32k"), ("gpt2_32k", "smol32k")):
+        target, tok = load_target(folders[t])
+        draft = load_draft(folders[d], target, tok)
+        assert target.config.vocab_size == draft.model.config.vocab_size == 32000 and draft.other is not None
+    built = tmp_path / "built"
+    shutil.copytree(folders["gpt2_32k"], built)
+    (built / draft_folder.META_FILE).write_text(json.dumps({"target": folders["gpt2_32k"]}))
+    target, tok = load_target(folders["smol32k"])
+    with pytest.raises(UserError) as e:
+        load_draft(str(built), target, tok)
+    assert "\n" not in str(e.value) and "eos_token_id 2 vs 31999; bos_token_id 1 vs 31999" in str(e.value)
+    assert f"built by specdistill for {folders['gpt2_32k']}" in str(e.value)
+
+
+@pytest.mark.parametrize("t, d", [("smol32k", "padded"), ("padded", "smol32k")], ids=["draft-padded", "target-padded"])
+def test_a_padded_draft_of_the_targets_tokenizer_speaks_its_ids(folders, t, d):
+    """Embedding rows padded to a round size, the draft's or the target's: the same tokenizer, so the target's ids;
+    the draft's rows are fitted to the target's (its logits as wide), greedy and sampled."""
+    target, tok = load_target(folders[t])
+    draft = load_draft(folders[d], target, tok)
+    assert draft.other is None and draft.vocab_map is None
+    assert draft.model.config.vocab_size == target.config.vocab_size == {"smol32k": 32000, "padded": 32064}[t]
+    ids = tok("Write about the sea.")["input_ids"]
+    out, stats = generate(target, draft.model, ids, 16, DecodeOptions(gamma=3, schedule="constant"))
+    assert out == generate(target, None, ids, 16)[0] and stats.proposed > 0
+    g = torch.Generator().manual_seed(0)
+    out, stats = generate(target, draft.model, ids, 16, DecodeOptions(gamma=3, temperature=1.0, schedule="constant"),
+                          generator=g)
+    assert len(out) == 16 and stats.proposed > 0
+
+
+def _bench(folders, tmp_path, *extra, target="target", draft="gpt2") -> dict:
     out = tmp_path / "r.json"
-    bench_main(["--target", folders["target"], "--draft", folders["gpt2"], "--prompts", folders["prompts"],
+    bench_main(["--target", folders[target], "--draft", folders[draft], "--prompts", folders["prompts"],
                 "--max-new-tokens", "12", "--gamma", "3", "--schedule", "constant", "--out", str(out), *extra])
     return json.loads(out.read_text())
 
@@ -91,6 +131,17 @@ def test_bench_beside_transformers_universal_assisted_generation(folders, tmp_pa
     sampled = _bench(folders, tmp_path, "--temperature", "1.0", "--limit", "1")  # UAG-TLI: timed, not judged
     assert sampled["lossless"] is None and sampled["hf_assisted"]["tokens"] > 0
     assert sampled["cost_model"]["target_tokens_per_draft_step"] == 1.0  # one shared token a draft step
+
+
+def test_bench_times_transformers_on_a_same_size_pair(folders, tmp_path):
+    """transformers 5.x takes equal vocab_size for one tokenizer and refuses assistant_tokenizer for such a pair; the
+    anchor runs its universal assisted generation anyway (decode.bench.anchors), greedy and sampled."""
+    r = _bench(folders, tmp_path, target="smol32k", draft="gpt2_32k")
+    assert r["draft_kind"] == "other_tokenizer" and r["lossless"] is True
+    hf = r["hf_assisted"]
+    assert hf["lossless"] is True and hf["outputs_matching_target"] == 2 and r["hf_generate"]["outputs_matching_ours"] == 2
+    sampled = _bench(folders, tmp_path, "--temperature", "1.0", "--limit", "1", target="gpt2_32k", draft="smol32k")
+    assert sampled["draft_kind"] == "other_tokenizer" and sampled["hf_assisted"]["tokens"] > 0
 
 
 def test_evaluate_mixes_distilled_and_other_tokenizer_drafts(folders, tmp_path):

@@ -84,3 +84,60 @@ def sentencepiece_tokenizer(out: Path, vocab_size: int = 600):
                                   bos_token="<s>", eos_token="</s>")
     tok.save_pretrained(out)
     return AutoTokenizer.from_pretrained(out)
+
+
+def trimmed(tok, n: int, out: Path):
+    """A BPE tokenizer cut to n ids (as Llama 2's and Mistral's both have 32,000): its special tokens (those at ids
+    past n moved to the top ids), its ordinary tokens of the lowest ids, and the merges among those; saved to `out`
+    with the source's special-token roles and chat template, loaded back with AutoTokenizer."""
+    import json
+
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if (out / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(out)
+    spec = json.loads(tok.backend_tokenizer.to_str())
+    late = [a for a in spec["added_tokens"] if a["id"] >= n]
+    for k, a in enumerate(late):
+        a["id"] = n - len(late) + k
+    specials = {a["content"]: a["id"] for a in spec["added_tokens"]}
+    vocab = {t: i for t, i in spec["model"]["vocab"].items() if i < n - len(late) and t not in specials}
+    spec["model"]["vocab"] = {**vocab, **specials}
+    pairs = [m.split(" ") if isinstance(m, str) else m for m in spec["model"]["merges"]]
+    spec["model"]["merges"] = [[a, b] for a, b in pairs if a in vocab and b in vocab and a + b in vocab]
+    roles = {k: getattr(tok, k) for k in ("bos_token", "eos_token", "unk_token", "pad_token") if getattr(tok, k)}
+    small = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), **roles,
+                                    chat_template=getattr(tok, "chat_template", None))
+    small.save_pretrained(out)
+    return AutoTokenizer.from_pretrained(out)
+
+
+def permuted_copy(src, out: Path, seed: int = 0):
+    """src's model and tokenizer with the ordinary tokens' ids shuffled (the special tokens keep theirs) and the
+    embedding and head rows moved with them: the same size, the same strings and merges, other ids. Beside src it
+    is a same-size pair of two tokenizers (a plain folder: decoded through its own text); saved to `out`."""
+    import json
+
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+    tok = AutoTokenizer.from_pretrained(src)
+    spec = json.loads(tok.backend_tokenizer.to_str())
+    specials = {a["id"] for a in spec["added_tokens"]}
+    ordinary = sorted(set(spec["model"]["vocab"].values()) - specials)
+    shuffled = torch.randperm(len(ordinary), generator=torch.Generator().manual_seed(seed)).tolist()
+    new_id = {i: i for i in specials} | {old: ordinary[k] for old, k in zip(ordinary, shuffled)}
+    spec["model"]["vocab"] = {t: new_id[i] for t, i in spec["model"]["vocab"].items()}
+    roles = {k: getattr(tok, k) for k in ("bos_token", "eos_token", "unk_token", "pad_token") if getattr(tok, k)}
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), **roles,
+                            chat_template=getattr(tok, "chat_template", None)).save_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    old_of_new = torch.arange(model.config.vocab_size)
+    old_of_new[torch.tensor(list(new_id.values()))] = torch.tensor(list(new_id.keys()))
+    with torch.no_grad():
+        for w in {id(t.weight): t.weight for t in (model.get_input_embeddings(), model.get_output_embeddings())}.values():
+            w.copy_(w[old_of_new])  # a tied head shares the input table's weight: moved once
+    model.save_pretrained(out)
+    return AutoTokenizer.from_pretrained(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -42,7 +43,7 @@ def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: 
     if timings is not None and draft is None:
         kwargs["streamer"] = _FirstToken(timings)
     t0 = time.perf_counter()
-    with torch.inference_mode():
+    with torch.inference_mode(), _sizes_apart(target, draft if tokenizers is not None else None):
         y = target.generate(x, attention_mask=torch.ones_like(x), **kwargs)
     if target.device.type == "cuda":
         torch.cuda.synchronize()
@@ -50,6 +51,23 @@ def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: 
     if timings is not None and "first_token_at" in timings:
         timings["first_token_s"] = timings.pop("first_token_at") - t0
     return y[0, len(ids):].tolist(), seconds
+
+
+@contextmanager
+def _sizes_apart(target, draft):
+    """transformers (5.25) takes two models of one vocab_size for two of one tokenizer and refuses assistant_tokenizer
+    for them, so a pair of two tokenizers of one size (Llama 2 and Mistral-7B-v0.1: 32,000 ids) never reaches its
+    universal assisted generation; that path never reads the assistant's vocab_size, so during the call the
+    assistant's config says one more (draft None: nothing to do)."""
+    cfg = draft.config.get_text_config() if draft is not None else None
+    apart = cfg is not None and cfg.vocab_size == target.config.get_text_config().vocab_size
+    if apart:
+        cfg.vocab_size += 1
+    try:
+        yield
+    finally:
+        if apart:
+            cfg.vocab_size -= 1
 
 
 class _FirstToken:

@@ -34,6 +34,7 @@ from decode.models.layer_cut import draft_from_layers, parse_layers
 from decode.models.vocab_pair import (  # check_tokenizers: read from here too
     OtherTokenizerDraft,
     check_tokenizers,
+    fit_rows,
     other_tokenizer,
     require_tokenizer,
 )
@@ -355,7 +356,8 @@ class Draft:
 
 def load_draft(spec: str, target, target_tok, dtype=None, device: str = "cpu") -> Draft:
     """Same spec as the target: the target itself; `layers:0,1`: cut from the target; else a model (`default`: the
-    embedded one), of the target's tokenizer or, automatically where the tokenizers differ, of its own (Draft.other)."""
+    embedded one) that speaks the target's ids (its rows fitted to the target's) or, where vocab_pair.other_tokenizer
+    says so, its own tokenizer's (Draft.other)."""
     if spec == getattr(target, "_specdistill_spec", None):
         return Draft(target, spec)
     if spec.startswith("layers:"):
@@ -372,8 +374,9 @@ def load_draft(spec: str, target, target_tok, dtype=None, device: str = "cpu") -
     require_tokenizer(resolve(spec), spec)
     model, tok = load_model(spec, dtype or target.dtype, device)
     vocab_map = draft_folder.read_vocab_map(resolve(spec), model.config.vocab_size)
-    if vocab_map is None and other_tokenizer(target, target_tok, model, tok, resolve(spec)):
+    if other_tokenizer(target_tok, tok, resolve(spec), spec, vocab_map):
         return Draft(model, spec, other=OtherTokenizerDraft(model, tok, target_tok, target.config.vocab_size))
-    check_tokenizers(target_tok, tok, vocab_map)
-    vm = torch.tensor(vocab_map, dtype=torch.long, device=device) if vocab_map is not None else None
-    return Draft(model, spec, vm)
+    if vocab_map is not None:
+        return Draft(model, spec, torch.tensor(vocab_map, dtype=torch.long, device=device))
+    fit_rows(model, target.config.vocab_size)
+    return Draft(model, spec)

@@ -26,7 +26,7 @@ import torch
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from decode.errors import UserError
-from decode.models.draft_folder import read_meta
+from decode.models.draft_folder import META_FILE, read_meta
 
 UNICODE_TO_BYTE = {ch: b for b, ch in bytes_to_unicode().items()}
 BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -266,7 +266,25 @@ def check_chat_template(target_tok, draft_tok, row: dict) -> None:
                         "another text: use a draft whose template matches, or --no-chat-template (raw text for both)")
 
 
-# --- loading: which drafts have another tokenizer (decode.models.targets.load_draft)
+# --- loading: which drafts speak the target's ids and which their own (decode.models.targets.load_draft)
+
+
+def tokenizer_diffs(target_tok, draft_tok) -> list[str]:
+    """What differs between two tokenizers ([] for the same one): sizes, BOS/EOS ids, else a few strings whose ids
+    differ."""
+    diffs = []
+    if len(target_tok) != len(draft_tok):
+        diffs.append(f"vocabulary size {len(target_tok)} vs {len(draft_tok)}")
+    for name in ("eos_token_id", "bos_token_id"):
+        a, b = getattr(target_tok, name, None), getattr(draft_tok, name, None)
+        if a != b:
+            diffs.append(f"{name} {a} vs {b}")
+    if not diffs:
+        va, vb = target_tok.get_vocab(), draft_tok.get_vocab()
+        if va != vb:
+            differing = [t for t in va if vb.get(t) != va[t]][:5]
+            diffs.append(f"token-to-id maps differ (e.g. {differing})")
+    return diffs
 
 
 def check_tokenizers(target_tok, draft_tok, vocab_map: list[int] | None = None) -> None:
@@ -280,18 +298,7 @@ def check_tokenizers(target_tok, draft_tok, vocab_map: list[int] | None = None) 
         if bad:
             raise UserError(f"draft vocabulary map has ids outside the target vocabulary (size {n}): {bad[:5]}")
         return
-    diffs = []
-    if len(target_tok) != len(draft_tok):
-        diffs.append(f"vocabulary size {len(target_tok)} vs {len(draft_tok)}")
-    for name in ("eos_token_id", "bos_token_id"):
-        a, b = getattr(target_tok, name, None), getattr(draft_tok, name, None)
-        if a != b:
-            diffs.append(f"{name} {a} vs {b}")
-    if not diffs:
-        va, vb = target_tok.get_vocab(), draft_tok.get_vocab()
-        if va != vb:
-            differing = [t for t in va if vb.get(t) != va[t]][:5]
-            diffs.append(f"token-to-id maps differ (e.g. {differing})")
+    diffs = tokenizer_diffs(target_tok, draft_tok)
     if diffs:
         raise UserError(
             "the draft's tokenizer differs from the target's: " + "; ".join(diffs)
@@ -311,10 +318,45 @@ def require_tokenizer(folder: str, spec: str) -> None:
                         f"it was made from into {spec}")
 
 
-def other_tokenizer(target, target_tok, model, tok, folder: str) -> bool:
-    """A draft decoded through its own tokenizer: one whose tokenizer is not the target's and that does not claim the
-    target's ids. A specdistill draft (specdistill.json: built for a target) or a vocabulary as large as the target's
-    claims them; its tokenizer must then be the target's (targets.check_tokenizers says what differs)."""
-    same = len(tok) == len(target_tok) and tok.get_vocab() == target_tok.get_vocab()
-    claims = model.config.vocab_size == target.config.vocab_size or bool(read_meta(folder))
-    return not same and not claims
+def same_tokenizer(a, b) -> bool:
+    """The same token-to-id map: two models with it speak the same ids, whatever their embedding tables' sizes
+    (rows padded to a round number) or their BOS/EOS choices."""
+    return len(a) == len(b) and a.get_vocab() == b.get_vocab()
+
+
+def other_tokenizer(target_tok, tok, folder: str, spec: str, vocab_map: list[int] | None = None) -> bool:
+    """The rule, decided from what the draft is, never from sizes: True for a draft decoded through its own tokenizer.
+
+    A draft this project built (its specdistill.json; a reduced one's draft_vocab.json) speaks the target's ids: its
+    tokenizer must be the target's (a one-line error says what differs), or its map must fit the target's vocabulary.
+    Any other draft speaks the target's ids when its tokenizer is the target's (same_tokenizer), else its own."""
+    if vocab_map is not None:
+        check_tokenizers(target_tok, tok, vocab_map)
+        return False
+    meta = read_meta(folder)
+    if not meta:
+        return not same_tokenizer(target_tok, tok)
+    diffs = tokenizer_diffs(target_tok, tok)
+    if diffs:
+        built_for = meta.get("target") or "another target"
+        raise UserError(f"{spec} was built by specdistill for {built_for} ({META_FILE}) and speaks that target's ids, "
+                        f"but its tokenizer is not this target's ({'; '.join(diffs)}): use it with the target it was "
+                        f"built for, or a draft built for this one (a model of another family with a stray {META_FILE}: "
+                        "remove that file to decode it through its own tokenizer)")
+    return False
+
+
+def fit_rows(model, rows: int) -> None:
+    """A draft of the target's tokenizer whose embedding table has another number of rows (either model padded to a
+    round size): its input and output tables cut or padded to the target's `rows`, so its logits are as wide as the
+    target's. Cut rows are ids the target has no row for; added rows (zero: logit 0, far below a trained model's top
+    logit) ids the draft had none for, padding where the tokenizer is smaller; a proposal of one is verified like any
+    other (lossless)."""
+    old = model.config.vocab_size
+    if old == rows:
+        return
+    model.resize_token_embeddings(rows, mean_resizing=False)
+    if rows > old:
+        with torch.no_grad():
+            model.get_input_embeddings().weight[old:] = 0
+            model.get_output_embeddings().weight[old:] = 0

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from decode.errors import UserError
 from decode.models.layer_cut import draft_from_layers
 from decode.models.targets import load_model
-from decode.models.vocab_pair import canonical_ids, split_utf8, token_bytes
+from decode.models.vocab_pair import canonical_ids, same_tokenizer, split_utf8, token_bytes
 
 PREFIX = "other_tokenizer:"
 
@@ -77,7 +77,7 @@ def build(spec: str, target_tok, target_config, layers: list[int], dtype, device
     n = other.config.num_hidden_layers
     if max(layers) >= n:
         raise UserError(f"init={PREFIX}{spec}: layers {layers} reach past its {n} layers; choose at most {n}")
-    if len(other_tok) == len(target_tok) and other_tok.get_vocab() == target_tok.get_vocab():
+    if same_tokenizer(other_tok, target_tok):
         raise UserError(f"init={PREFIX}{spec}: it has the target's tokenizer already; use init=pretrained:{spec}")
     draft = draft_from_layers(other, layers)
     del other
