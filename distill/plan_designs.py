@@ -124,17 +124,18 @@ def measure(trains: list, e, needed: list[str], known: dict | None = None) -> di
     by_name = {name_of(t): t for t in trains}
     gammas = sorted({*e.gammas(), *e.parallel_gammas()})
     data = load_data(trains[0], tok)  # every stage trains on the same collection: its token counts and rows
-    built = {}
-    for d in needed:
+    built = {}  # every draft before any is timed: a timed model holds its runner, which a copy would carry along
+    for d in sorted(needed, key=lambda d: d == "parallel"):
         t = by_name[d]
         if d == "parallel" and t.init == FROM_CHAIN:  # the chain draft with its mask token (build_model's way)
             chain = built.get("standalone") or build_model(by_name["standalone"], tok, data, stand_in)
-            model = _with_mask(chain, t, tok, data)
+            built[d] = SimpleNamespace(model=_with_mask(chain, t, tok, data))
         else:
             built[d] = build_model(t, tok, data, stand_in)
-            model = built[d].model
+    for d in needed:
+        model = built[d].model
         weights = DecodeOptions.draft_weights if d == "feature_head" else e.draft_weights
-        lat = latency.measure(target, model.eval(), gammas, draft_weights=weights,
+        lat = latency.measure(target, model.to(target.dtype).eval(), gammas, draft_weights=weights,  # load_draft's dtype
                               known_v={int(g): x for g, x in plan.get("v", {}).items()})
         plan["costs"][d] = {"c": lat["c"], "draft_step_ms": lat["draft_step_ms"],
                             **({"c_block": lat["c_block"]} if lat.get("c_block") else {})}
