@@ -122,6 +122,8 @@ class PipelineConfig:
 
     def __post_init__(self):
         check_load_format(self.load_format)
+        if self.designs in DESIGNS:  # `--designs standalone`: one design, as a list of one
+            self.designs = [self.designs]
         bad = ([d for d in self.designs if d not in DESIGNS] if isinstance(self.designs, list) else
                [] if self.designs in ("auto", "all") else [self.designs])
         if bad or not self.designs:

@@ -92,6 +92,7 @@ def test_no_design_to_train_says_why_and_busy_timings_train_every_design(tmp_pat
 def test_designs_auto_all_or_a_list_and_an_unknown_one_lists_the_known():
     assert pipeline.PipelineConfig().designs == "auto" and pipeline.PipelineConfig().design_list() == list(pipeline.DESIGNS)
     assert pipeline.PipelineConfig(designs="all").design_list() == list(pipeline.DESIGNS)
+    assert pipeline.PipelineConfig(designs="parallel").designs == ["parallel"]  # `--designs parallel`: one design
     for bad in (["standalone", "medusa"], "some"):
         with pytest.raises(UserError, match=r"give auto, all, or one or more of \['standalone', 'feature_head', 'parallel'\]"):
             pipeline.PipelineConfig(designs=bad)
@@ -124,27 +125,50 @@ def test_each_designs_untrained_draft_is_timed_as_training_builds_it(tiny_collec
     assert kept["costs"]["standalone"] == {"c": 0.5} and kept["v"] == plan["v"]  # known timings are kept as they are
 
 
-def test_the_pipeline_trains_what_its_plan_keeps_and_records_its_stage_times(tmp_path, monkeypatch, capsys):
-    """run_stages with the stages stubbed: after collection the plan keeps the chain and the parallel draft (the CPU
-    timings above), only those train, and the stage times are printed, in RUN/timings.json and in the report; a
-    rerun decides from RUN/plan.json without timing again."""
-    from test_pipeline_checks import REPO, _target
-
-    out, trained = tmp_path / "run", []
+def _stub_stages(out: Path, monkeypatch, costs: dict, stop_at: str | None = None) -> list[str]:
+    """The pipeline's stages stubbed: collection does nothing, training records the run folder's name (and stops, as
+    Ctrl-C does, on `stop_at` the first time), evaluation reports the first trained run's last checkpoint as the
+    best lossless draft, the plan's timing returns `costs`. Returns the list of trained names."""
+    trained, stopped = [], []
     monkeypatch.setattr(pipeline.collect, "run", lambda c, command: None)
-    monkeypatch.setattr(pipeline, "train_one", lambda cfg, out, t, command: trained.append(Path(t.output).name))
+
+    def train_one(cfg, out_, t, command):
+        if Path(t.output).name == stop_at and not stopped:
+            stopped.append(stop_at)
+            raise KeyboardInterrupt
+        (Path(t.output) / "checkpoint-000002" / "hf").mkdir(parents=True, exist_ok=True)
+        trained.append(Path(t.output).name)
+
+    monkeypatch.setattr(pipeline, "train_one", train_one)
     monkeypatch.setattr(pipeline, "last_draft", lambda run: Path(run) / "checkpoint-000002" / "hf")
 
     def evaluate(e, command):
         (out / "eval").mkdir(exist_ok=True)
         (out / "eval" / "report.json").write_text(json.dumps({"target": "t", "prompts": 1, "prompt_set": "p",
                                                               "command": command, "entries": []}))
-        return {"best": None, "entries": []}
+        best = {"draft": str(Path(e.run) / "checkpoint-000002" / "hf"), "kind": "standalone", "speedup": 1.1, "acceptance_rate": 0.2, "tau": 1.4, "gamma": 2,
+                "lossless": True, "predicted_speedup": 1.12, "prediction_error": -0.02}
+        return {"best": best, "entries": []}
 
     monkeypatch.setattr(pipeline.evaluate, "run", evaluate)
-    monkeypatch.setattr(plan_designs, "measure", lambda *a: {**json.loads(json.dumps(CPU)), "target_step_ms": 25.0})
-    argv = ["--config", str(REPO / "configs/pipeline/default.yaml"), "--target", _target(tmp_path, "llama"),
+    monkeypatch.setattr(plan_designs, "measure", lambda *a: {**json.loads(json.dumps(costs)), "target_step_ms": 25.0})
+    return trained
+
+
+def _argv(tmp_path: Path, out: Path) -> list[str]:
+    from test_pipeline_checks import REPO, _target
+
+    return ["--config", str(REPO / "configs/pipeline/default.yaml"), "--target", _target(tmp_path, "llama"),
             "--output", str(out)]
+
+
+def test_the_pipeline_trains_what_its_plan_keeps_and_records_its_stage_times(tmp_path, monkeypatch, capsys):
+    """run_stages with the stages stubbed: after collection the plan keeps the chain and the parallel draft (the CPU
+    timings above), only those train, and the stage times are printed, in RUN/timings.json and in the report; a
+    rerun decides from RUN/plan.json without timing again."""
+    out = tmp_path / "run"
+    trained = _stub_stages(out, monkeypatch, CPU)
+    argv = _argv(tmp_path, out)
     pipeline.main(argv)
     printed = capsys.readouterr().out
     assert trained == ["train", "train-parallel"] and "plan: target step 25.0 ms" in printed
@@ -155,3 +179,35 @@ def test_the_pipeline_trains_what_its_plan_keeps_and_records_its_stage_times(tmp
     monkeypatch.setattr(plan_designs, "measure", _no_timing)
     pipeline.main(argv)  # a rerun: the stored plan, the same designs
     assert trained == ["train", "train-parallel"] * 2 and len(json.loads((out / "timings.json").read_text())["runs"]) == 2
+
+
+def test_a_plan_that_keeps_one_design_ships_it(tmp_path, monkeypatch, capsys):
+    """The head and the parallel draft cost too much to win (c 0.17; a 2-token block at 0.25 a token): only the
+    standalone draft trains, evaluation measures it alone, and it ships to RUN/draft."""
+    out = tmp_path / "run"
+    one = json.loads(json.dumps(CPU))
+    one["costs"]["parallel"] = {"c": 0.5, "c_block": {"2": 0.5}}
+    trained = _stub_stages(out, monkeypatch, one)
+    pipeline.main(_argv(tmp_path, out))
+    printed = capsys.readouterr().out
+    decision = json.loads((out / "plan.json").read_text())["decision"]
+    assert {d: x["train"] for d, x in decision.items()} == {"standalone": True, "feature_head": False, "parallel": False}
+    assert trained == ["train"] and "parallel c 0.25: to beat" in printed and ": skip" in printed
+    shipped = json.loads((out / "pipeline.json").read_text())["shipped"]
+    assert shipped["from"] == str(out / "train" / "checkpoint-000002" / "hf") and (out / "draft").is_dir()
+    assert f"pipeline: ships the standalone draft (1.1x, α 0.2) -> {out / 'draft'}" in printed
+
+
+def test_an_interrupted_pipeline_resumes_at_the_stage_it_stopped_in(tmp_path, monkeypatch):
+    """Stopped in the parallel draft's training: the plan and the chain's training are on disk, no stage times
+    recorded. The same command again decides from RUN/plan.json (no timing), calls every stage again (each skips
+    what it finished: collection's shards, training's checkpoints) and finishes."""
+    out = tmp_path / "run"
+    trained = _stub_stages(out, monkeypatch, CPU, stop_at="train-parallel")
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.main(_argv(tmp_path, out))
+    assert trained == ["train"] and (out / "plan.json").is_file() and not (out / "timings.json").exists()
+    monkeypatch.setattr(plan_designs, "measure", _no_timing)
+    pipeline.main(_argv(tmp_path, out))
+    assert trained == ["train", "train", "train-parallel"] and (out / "draft").is_dir()
+    assert len(json.loads((out / "timings.json").read_text())["runs"]) == 1
