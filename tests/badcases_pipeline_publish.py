@@ -68,6 +68,8 @@ CASES = [
          "pipeline `train` section: lr must be a float"),
     Case("pipeline", "an unknown design in --designs", lambda env: _pipeline(env, "--designs", "[standalone, medusa]"),
          "--designs ['standalone', 'medusa']: give auto, all, or one or more of ['standalone', 'feature_head', 'parallel']"),
+    Case("pipeline", "one unknown design as --designs", lambda env: _pipeline(env, "--designs", "medusa"),
+         "--designs medusa: give auto, all, or one or more of ['standalone', 'feature_head', 'parallel']"),
     Case("pipeline", "a parallel: section that continues a chain --designs leaves out",
          lambda env: _pipeline(env, "--designs", "[feature_head, parallel]"),
          "pipeline `parallel` section: init chain continues the standalone draft"),
