@@ -10,12 +10,15 @@ is given on the command line, so the full run after a quick look starts its own 
 is checked (options, types, each config's checks, the prompt sets, the target's architecture) before the first
 collection starts.
 
-Three kinds of draft are trained on the same collected data by default (`designs`): a standalone draft (`train`
-section, RUN/train), a feature head (`head` section, RUN/train-head, distill/train/head.py) and a parallel draft
-(`parallel` section, RUN/train-parallel, distill/train/parallel.py: by default the standalone draft continued with
-mask tokens, the same size, for a block of the largest γ evaluate gives it). Evaluation measures them side by side
-in the decoder, and the one with the highest measured speedup is copied to RUN/draft, the folder to publish
-(pipeline.json says which and why).
+Three kinds of draft can be trained on the same collected data (`designs`): a standalone draft (`train` section,
+RUN/train), a feature head (`head` section, RUN/train-head, distill/train/head.py) and a parallel draft (`parallel`
+section, RUN/train-parallel, distill/train/parallel.py: by default the standalone draft continued with mask tokens,
+the same size, for a block of the largest γ evaluate gives it). By default (`designs: auto`) the plan times each
+design's untrained draft on this machine after collection and trains only those the cost model lets win at the α
+the data can buy (distill/plan_designs.py, RUN/plan.json, one printed line); `--designs all` trains all three, a
+list trains those. Evaluation measures them side by side in the decoder, and the one with the highest measured
+speedup is copied to RUN/draft, the folder to publish (pipeline.json says which and why). Stage times are printed
+at the end, written to RUN/timings.json and added to the report.
 `--drafts-extra D...` measures off-the-shelf drafts beside them (any causal LM, `default`, one with another
 tokenizer), never shipped: pipeline.json's `off_the_shelf` and the report say whether training was worth it.
 
@@ -48,13 +51,14 @@ from decode.errors import UserError
 from decode.models import targets
 from decode.models.targets import check_load_format, load_format_field, load_tokenizer, resolve
 from decode.runners.hf import sliding_window
-from distill import collect, evaluate, onpolicy, train
+from distill import collect, evaluate, onpolicy, plan_designs, train
 from distill.collect import self_prompts, shards, vllm_engine
 from distill.collect.job import SETTINGS_SINCE
 from distill.evaluate import offshelf
-from distill.evaluate.report import headline
+from distill.evaluate.report import add_stage_times, headline, stage_lines
 from distill.onpolicy import last_draft
 from distill.prompts import load_prompts
+from distill.ship import ship, ship_line
 from distill.train import copy_circuit, parallel
 
 TRAIN_SCRIPT = Path(__file__).parent / "train.py"  # what `accelerate launch` runs
@@ -75,8 +79,9 @@ class PipelineConfig:
                        "(its design is feature_head)"})
     parallel: dict = field(default_factory=dict, metadata={"help": "distill.train overrides for the parallel draft "
                            "(PARD style, distill/train/parallel.py; init chain: it continues the standalone draft)"})
-    designs: list = field(default_factory=lambda: list(DESIGNS), metadata={"help": "which kinds of draft to train "
-                          "and compare: standalone, feature_head, parallel"})
+    designs: list | str = field(default="auto", metadata={"help": "which kinds of draft to train and compare: auto "
+                                "(those the plan lets win on this machine), all, or a list of standalone, "
+                                "feature_head, parallel"})
     onpolicy: dict = field(default_factory=dict, metadata={"help": "on-policy rounds after the standalone draft's "
                            "training: {rounds: N, collect: {...}, train: {...}} (distill/onpolicy.py)"})
     evaluate: dict = field(default_factory=dict, metadata={"help": "distill.evaluate overrides"})
@@ -117,9 +122,16 @@ class PipelineConfig:
 
     def __post_init__(self):
         check_load_format(self.load_format)
-        bad = [d for d in self.designs if d not in DESIGNS] if isinstance(self.designs, list) else [self.designs]
+        if self.designs in DESIGNS:  # `--designs standalone`: one design, as a list of one
+            self.designs = [self.designs]
+        bad = ([d for d in self.designs if d not in DESIGNS] if isinstance(self.designs, list) else
+               [] if self.designs in ("auto", "all") else [self.designs])
         if bad or not self.designs:
-            raise UserError(f"--designs {self.designs}: give one or more of {list(DESIGNS)}")
+            raise UserError(f"--designs {self.designs}: give auto, all, or one or more of {list(DESIGNS)}")
+
+    def design_list(self) -> list[str]:
+        """The designs the stages are configured for (auto: every one; the plan picks among them after collection)."""
+        return list(DESIGNS) if isinstance(self.designs, str) else list(self.designs)
 
 
 DESIGNS = ("standalone", "feature_head", "parallel")
@@ -255,17 +267,18 @@ def plan(cfg: PipelineConfig, out: Path):
     pd = stage_config(train.TrainConfig, {"target": cfg.target, "data": c.output, "eval_data": h.output,
                                           "output": str(out / "train-parallel"), **parallel.wiring(e.parallel_gammas())},
                       s["parallel"], "parallel")
-    if "parallel" in cfg.designs:
-        parallel.check_stage(pd, cfg.designs)
+    designs = cfg.design_list()
+    if "parallel" in designs:
+        parallel.check_stage(pd, designs)
     t, e, notes = fit_to_target(cfg.target, t, e)
-    if "feature_head" in cfg.designs:
+    if "feature_head" in designs:
         hd = fit_head(cfg.target, hd, notes)
     check_data(cfg.target, (c, h))
     load_prompts(e.prompts, categories=e.categories or None, limit=e.limit, spread=True)
     if e.anchors == "vllm":
         vllm_engine.require("--anchors vllm")
-    trains = [x for x, d in ((t, "standalone"), (hd, "feature_head"), (pd, "parallel")) if d in cfg.designs]
-    rounds = onpolicy.plan(s["onpolicy"], out, c, t, stage_config) if "standalone" in cfg.designs else []
+    trains = [x for x, d in ((t, "standalone"), (hd, "feature_head"), (pd, "parallel")) if d in designs]
+    rounds = onpolicy.plan(s["onpolicy"], out, c, t, stage_config) if "standalone" in designs else []
     return c, h, trains, rounds, e, notes
 
 
@@ -281,6 +294,14 @@ def run_stages(cfg: PipelineConfig, out: Path, stages, command: str) -> tuple[di
     print(f"== collect: held-out outputs for the acceptance proxy -> {h.output}", flush=True)
     collect.run(h, command=command)
     timings["collect_s"] = round(time.perf_counter() - t0, 1)
+
+    if cfg.designs == "auto":  # each design's untrained draft timed here; those that cannot win are not trained
+        t0 = time.perf_counter()
+        trains, _ = plan_designs.choose(trains, e, out)
+        if rounds and plan_designs.name_of(trains[0]) != "standalone":
+            print("pipeline: no on-policy rounds: they continue the standalone draft, which the plan skipped")
+            rounds = []
+        timings["plan_s"] = round(time.perf_counter() - t0, 1)
 
     for t in trains:
         t0 = time.perf_counter()
@@ -317,43 +338,6 @@ def train_one(cfg: PipelineConfig, out: Path, t, command: str) -> None:
         train.train(t, [], command=command)
 
 
-def ship(out: Path, result: dict) -> dict | None:
-    """Copy the draft with the highest measured speedup to RUN/draft (what publish takes) when its greedy output was
-    lossless by decode.drafting.lossless's rule for the target's dtype: token for token in float32; in bf16/fp16 up to
-    near-ties of the target's logits within the calibrated ε (counted in `excused_divergences`). A divergence
-    outside ε, or a run not checked (sampling), ships nothing, and says why.
-
-    A best draft slower than the target alone (speedup < 1) still ships, so it can be inspected and published,
-    but flagged: `slower: true` in pipeline.json and a line that says so (ship_line), never as a result."""
-    b = result.get("best")
-    if not b or not Path(b["draft"]).is_dir():
-        return None
-    if b.get("lossless") is not True:
-        why = ("its output differed from the target alone beyond the lossless rule" if b.get("lossless") is False
-               else "losslessness was not checked (sampled decoding)")
-        print(f"pipeline: ships no draft: the best one, {b['draft']}, is not proven lossless ({why}); see the report")
-        return None
-    dest = out / "draft"
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(b["draft"], dest)
-    return {"kind": b.get("kind"), "from": b["draft"], "folder": str(dest), "speedup": b["speedup"],
-            "acceptance_rate": b["acceptance_rate"], "tau": b["tau"], "gamma": b["gamma"],
-            "tree_nodes": b.get("tree_nodes", 0),  # measured with a token tree of this many nodes (0: a chain)
-            "lossless_rule": b.get("lossless_rule", "exact"), "excused_divergences": b.get("excused_divergences", 0),
-            "slower": b["speedup"] < 1.0}
-
-
-def ship_line(shipped: dict) -> str:
-    """The pipeline's last line about what it shipped; a slowdown is named as one (publish's card warns alike)."""
-    if shipped["slower"]:
-        return (f"pipeline: no draft beat the target alone: best {shipped['speedup']:.4f}x ({shipped['kind']}, "
-                f"α {shipped['acceptance_rate']}, γ {shipped['gamma']}); shipped flagged SLOWER -> {shipped['folder']}: "
-                "decode with the target alone here")
-    return (f"pipeline: ships the {shipped['kind']} draft ({shipped['speedup']}x, α {shipped['acceptance_rate']}) "
-            f"-> {shipped['folder']}")
-
-
 def has_weights(folder: Path) -> bool:
     return (folder / "config.json").is_file() and targets.has_weights(str(folder))
 
@@ -365,7 +349,20 @@ def dummy_target(cfg: PipelineConfig, c, folder: Path) -> str:
     return str(targets.save_dummy(cfg.target, folder, c.dtype, targets.resolve_device(c.device)))
 
 
+def record_times(out: Path, timings: dict) -> None:
+    """This run's stage times, printed and appended to RUN/timings.json (one entry a run of the command: a resumed
+    run's finished stages take seconds), and added to the report (distill.evaluate.report.add_stage_times)."""
+    path = out / "timings.json"
+    runs = json.loads(path.read_text()).get("runs", []) if path.is_file() else []
+    runs.append({"finished": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": timings})
+    path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+    if (out / "eval" / "report.json").is_file():
+        add_stage_times(out / "eval", timings)
+    print("\n".join(["pipeline: stage times", *stage_lines(timings)]), flush=True)
+
+
 def run(cfg: PipelineConfig, argv: list[str]) -> dict:
+    start = time.perf_counter()
     cfg = replace(cfg, output=output_folder(cfg, argv))
     cli.check_output(cfg.output)
     out = Path(cfg.output)
@@ -389,6 +386,7 @@ def run(cfg: PipelineConfig, argv: list[str]) -> dict:
     print(headline(result))
     if shipped:
         print(ship_line(shipped), flush=True)
+    record_times(out, {**timings, "total_s": round(time.perf_counter() - start, 1)})
     return summary
 
 

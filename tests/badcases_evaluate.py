@@ -51,6 +51,8 @@ CASES = [
     Case("evaluate", "--lookup negative", lambda env: _ev(env, "--drafts", "x", "--lookup", "[0, -1]"), "--lookup"),
     Case("evaluate", "--long-limit negative", lambda env: _ev(env, "--drafts", "x", "--long-limit", "-1"),
          "--long-limit must be >= 0"),
+    Case("evaluate", "--screen-limit negative", lambda env: _ev(env, "--drafts", "x", "--screen-limit", "-1"),
+         "--screen-limit must be >= 0"),
     Case("evaluate", "prompt file that does not exist",
          lambda env: _ev(env, "--drafts", "x", "--prompts", str(env.tmp / "missing.jsonl")), "missing.jsonl"),
     Case("evaluate", "prompt category unknown",

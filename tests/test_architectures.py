@@ -67,7 +67,8 @@ def test_decoder_is_lossless_and_the_target_as_draft_accepts_everything(arch, ta
 # architecture, not the draft's quality, is under test here (W&B is in test_train). A bf16 target runs in bf16 in
 # every stage that runs it (`--dtype auto` would be float32 on a CPU).
 def smallest(dtype: str) -> list[str]:
-    return ["--collect", f"{{limit: 16, max_new_tokens: 16, dtype: {dtype}}}",
+    return ["--designs", "all",  # every design, whatever the plan would say of a tiny target's costs
+            "--collect", f"{{limit: 16, max_new_tokens: 16, dtype: {dtype}}}",
             "--heldout", f"{{limit: 4, max_new_tokens: 16, dtype: {dtype}}}",
             "--train", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1, report_to: none}",
             "--head", "{max_steps: 4, eval_every: 2, save_every: 2, warmup_steps: 1, report_to: none}",

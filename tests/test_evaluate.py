@@ -128,7 +128,7 @@ def test_all_runs_share_one_baseline_and_earlier_checkpoints_run_at_the_first_ga
 
 def test_lookup_settings_run_for_the_main_draft_only(tiny_pair, tmp_path):
     """--lookup [0, 1]: the main draft at every γ with and without the decoder's context lookup (labelled apart,
-    lossless, cost model split by round kind); transformers' assisted generation next to the first setting only."""
+    lossless, cost model split by round kind); transformers' assisted generation once, next to the first setting."""
     res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"]], lookup=[0, 1], anchors=True))
     got = sorted((e["label"], e["gamma"], e["lookup"]) for e in res["entries"] if e["trained"])
     name = got[0][0]
@@ -139,7 +139,7 @@ def test_lookup_settings_run_for_the_main_draft_only(tiny_pair, tmp_path):
         assert (e["cost_model"]["lookup"] is not None) == (lk["rounds"] > 0)
         if e["lookup"]:
             assert e["hf_assisted"] is None  # transformers has no draft + lookup to compare with
-    assert [e["hf_assisted"] is not None for e in res["entries"]] == [True, True, False, False]
+    assert [e["hf_assisted"] is not None for e in res["entries"]] == [True, False, False, False]  # once per run
     assert "lookup 1" in (tmp_path / "report.md").read_text()
     with pytest.raises(UserError, match="--lookup"):
         evaluate.EvalConfig(drafts=["x"], lookup=[-1])
@@ -148,7 +148,7 @@ def test_lookup_settings_run_for_the_main_draft_only(tiny_pair, tmp_path):
 def test_token_trees_and_int8_draft(tiny_pair, tmp_path):
     """--tree-nodes [0, 4] --draft-weights int8: every γ as a chain and as a 4-node tree (labelled apart, lossless,
     v measured at the tree's 4 + 1 tokens, the tree's cost model); transformers' assisted generation only next to
-    the chain, which is what it does."""
+    the first chain, once per evaluation."""
     res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["random"]], tree_nodes=[0, 4], draft_weights="int8",
                             anchors=True))
     got = sorted((e["label"], e["gamma"], e["tree_nodes"]) for e in res["entries"] if e["trained"])
@@ -156,7 +156,7 @@ def test_token_trees_and_int8_draft(tiny_pair, tmp_path):
     assert got == [(name, 1, 0), (name, 3, 0), (f"{name} tree-4", 1, 4), (f"{name} tree-4", 3, 4)]
     for e in res["entries"]:
         assert e["lossless"] is True and e["draft_weights"] == "int8"
-        assert (e["hf_assisted"] is not None) == (e["tree_nodes"] == 0 and e["trained"])
+        assert (e["hf_assisted"] is not None) == (e["tree_nodes"] == 0 and e["trained"] and e["gamma"] == 1)
         assert str(e["tree_nodes"] or e["gamma"]) in e["cost_model"]["v"]
         if e["tree_nodes"]:
             tree = e["cost_model"]["tree"]
@@ -328,7 +328,7 @@ def test_the_size_of_the_evaluation_is_said_before_the_target_loads(tiny_pair, t
     _no_target(monkeypatch)
     with pytest.raises(_Loaded):
         evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"], tiny_pair["random"]]))
-    assert ("evaluating 4 draft x γ runs on 4 prompts x up to 8 new tokens (one shared target-alone baseline); "
+    assert ("evaluating up to 4 draft x γ runs on 4 prompts x up to 8 new tokens (one shared target-alone baseline); "
             "--limit N takes N prompts, in turn from each category, for a shorter run") in capsys.readouterr().err
 
 
@@ -353,3 +353,19 @@ def test_the_long_check_times_each_designs_best_again_on_long_prompts(tiny_pair,
     from distill.evaluate import report as rep
 
     assert "\nat long prompts (1 of " in rep.headline(res)  # the second line the pipeline prints
+
+
+def test_a_screen_decides_on_fewer_prompts_and_confirms_the_winner_on_all(tiny_pair, tmp_path):
+    """--screen-limit 2 of 4 prompts: every setting on the first 2 (the anchors too, once), the fastest trained one
+    again on all 4; that row is the best, and report.md says which rows ran on how many prompts."""
+    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"], tiny_pair["random"]], screen_limit=2,
+                            anchors="hf"))
+    (top,) = [e for e in res["entries"] if e.get("confirmed")]
+    others = [e for e in res["entries"] if not e.get("confirmed")]
+    assert top["prompts"] == 4 and len(others) == 4 and {e["prompts"] for e in others} == {2}
+    assert top["label"] == f"{top['screen']['winner']} (all 4 prompts)"
+    assert top["screen"]["prompts"] == 2 and top["screen"]["speedup"] >= max(e["speedup"] for e in others)
+    assert res["best"]["label"] == top["label"] and res["best"]["prompts"] == 4 and res["best"]["speedup"] == top["speedup"]
+    assert res["anchors"]["prompt_lookup"]["prompts"] == 2 and sum(bool(e["hf_assisted"]) for e in res["entries"]) == 1
+    md = (tmp_path / "report.md").read_text()
+    assert "timed on 2 of the 4 prompts" in md and "| prompts |" in md

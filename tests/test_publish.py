@@ -570,6 +570,31 @@ def test_missing_eval(world, tmp_path, capsys):
     assert code == 1 and "has no entry for" in err and str(tmp_path / "b") in err
 
 
+def test_a_pipelines_shipped_draft_takes_the_pipelines_own_evaluation(world, tmp_path, capsys):
+    """publish RUN/draft with no --eval: the card's numbers are RUN/eval's for the folder the pipeline copied to
+    RUN/draft (pipeline.json `shipped`), with the row confirmed on every prompt in place of the screen's, and
+    publish says which numbers it used."""
+    run = tmp_path / "run"
+    src = run / "train" / "checkpoint-000004" / "hf"
+    shutil.copytree(world["root"] / "draft", src)
+    shutil.copytree(src, run / "draft")
+    write_report(run / "eval", src)
+    report = json.loads((run / "eval" / "report.json").read_text())
+    confirmed = {**report["entries"][1], "prompts": 360, "speedup": 1.47, "confirmed": True}  # γ 4, all prompts
+    report["entries"].append(confirmed)
+    (run / "eval" / "report.json").write_text(json.dumps(report))
+    shipped = {"from": str(src), "folder": str(run / "draft"), "speedup": 1.6, "gamma": 4}
+    (run / "pipeline.json").write_text(json.dumps({"shipped": shipped}))
+    code, stdout, err = run_main([run / "draft", "--repo-id", "org/x", "--dry-run", tmp_path / "out"], capsys)
+    assert code == 0, err
+    alpha, tau = confirmed["speculative"]["acceptance_rate"], confirmed["speculative"]["tau"]
+    assert (f"publish: numbers from the pipeline's evaluation {run / 'eval' / 'report.json'} ({src}, shipped to "
+            f"{run / 'draft'}): γ 4, α {alpha}, τ {tau}, speedup 1.47x on 360 prompts") in stdout
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "Best γ = 4: 1.47×" in card and f"{alpha:.3f}" in card and f"{tau:.2f}" in card
+    assert "no speed numbers were measured" not in card
+
+
 @pytest.mark.parametrize(
     "repo_id", ["not a repo", "org/name/extra", "org/bad--name", "justaname", "org/.hidden"]
 )

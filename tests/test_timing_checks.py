@@ -71,7 +71,7 @@ def test_report_md_and_headline_say_why_near_the_top():
     bad = _result(_entry(v={"1": 1.1, "3": 0.64}, step_ms=690.0))
     md = report.markdown(bad, []).splitlines()
     warn = next(i for i, line in enumerate(md) if line.startswith("**Timings unreliable**"))
-    assert warn < md.index("| draft | design | step | γ | α | τ | target tok/s | spec tok/s | speedup | predicted | "
+    assert warn < md.index("| draft | design | step | γ | prompts | α | τ | target tok/s | spec tok/s | speedup | predicted | "
                            "vs HF assisted | c | lossless |")
     assert "v(3) = 0.64" in md[warn] and "690.0 ms" in md[warn]
     head = report.headline(bad)

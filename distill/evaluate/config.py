@@ -40,6 +40,10 @@ class EvalConfig:
     long_prompts: str = field(default="", metadata={"help": "also time each design's best configuration on this long "
                               "prompt set, e.g. long-heldout (distill/evaluate/long_check.py; empty = off)"})
     long_limit: int = field(default=3, metadata={"help": "prompts of --long-prompts, taken in turn from each category"})
+    screen_limit: int = field(default=0, metadata={"help": "decide on fewer prompts: each draft's plausible settings "
+                              "(the γ its cost model puts near its best, every lookup and tree setting) on the first "
+                              "N prompts, then only the fastest trained one again on all of them (0 = every setting "
+                              "on every prompt)"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
     # constant here, not the decoder's adaptive default: the sweep measures each design at each γ as it is (the
     # cost model predicts a constant γ)
@@ -81,6 +85,9 @@ class EvalConfig:
         if self.anchors == "vllm" and self.load_format == "dummy":  # vLLM reads the target folder's weights itself
             raise UserError("--load-format dummy builds the target in transformers; vLLM's anchors would serve other "
                             "weights: use --anchors hf (or none)")
+        if self.screen_limit < 0:
+            raise UserError(f"--screen-limit must be >= 0 (prompts the settings are screened on; 0 = off), got "
+                            f"{self.screen_limit}")
         if self.long_limit < 0:
             raise UserError(f"--long-limit must be >= 0 (prompts of --long-prompts; 0 = off), got {self.long_limit}")
         if self.checkpoints not in ("all", "last"):

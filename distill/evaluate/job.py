@@ -96,32 +96,34 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     n_runs = sum(len(grid(cfg, spec, step, todo, head_folder(spec))) for spec, step in todo)
     limit = (f" (--limit {cfg.limit}: taken in turn from each category)" if cfg.limit else
              "; --limit N takes N prompts, in turn from each category, for a shorter run")
-    print(f"evaluating {n_runs} draft x γ runs on {len(rows)} prompts x up to {cfg.max_new_tokens} new tokens "
+    screen = len(rows) if not 0 < cfg.screen_limit < len(rows) else cfg.screen_limit
+    on = f"the first {screen} of {len(rows)} prompts, the fastest then on all," if screen < len(rows) else f"{len(rows)} prompts"
+    print(f"evaluating up to {n_runs} draft x γ runs on {on} x up to {cfg.max_new_tokens} new tokens "
           f"(one shared target-alone baseline){limit}", file=sys.stderr, flush=True)
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device, load_format=cfg.load_format)
     encoded = encode_all(rows, tok, cfg.max_new_tokens, target.config.max_position_embeddings)
 
-    # --- every draft x γ against one shared target-alone baseline (decode.bench.measure_many)
-    runs, labels, notes = plan_runs(cfg, todo, target, tok, errors, rows)
+    # --- every draft x γ against one shared target-alone baseline (decode.bench.measure_many); a screen times the
+    # plausible settings on the first screen_limit prompts, then the fastest again on all of them (confirm)
+    runs, labels, notes = plan_runs(cfg, todo, target, tok, errors, rows, screen < len(rows))
     if not any(spec != anchor for spec, *_ in labels):  # the untrained anchor alone evaluates nothing asked for
         raise UserError("nothing evaluated, no draft could be loaded: " + "; ".join(
             f"{x['draft']}: {x['error']}" for x in errors))
-    entries = []
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     names = draft_names(todo)
-    for e, (spec, step, n, k) in zip(measure_many(target, tok, runs, rows, encoded, log=progress), labels):
-        meta = read_meta(spec)
-        shelf = is_off_the_shelf(spec, e.get("draft_kind"), cfg.drafts_extra)  # beside, never shipped (offshelf.py)
-        e.update(label=label(spec, step, names, n, k), step=step if step is not None else meta.get("step"),
-                 design=meta.get("design"), kind=design_kind(meta.get("design"), e.get("draft_kind")),
-                 trained=not spec.startswith("layers:") and not shelf, off_the_shelf=shelf)
-        entries.append(e)
-    long = long_check.measure(cfg, target, tok, runs, entries, notes)  # runs[i] made entries[i]
-    del runs
+    entries = [_entry(e, labels[i], names, cfg) for i, e in
+               enumerate(measure_many(target, tok, runs, rows[:screen], encoded[:screen], log=progress))]
+    top = winner(entries)
+    confirmed = confirm(target, tok, runs[top], entries[top], rows, encoded, progress) if screen < len(rows) else None
+    if confirmed is not None:  # a row of its own beside the screen's: the one report.best() takes
+        entries.append(_entry(confirmed, labels[top], names, cfg))
+        entries[-1].update(label=f"{entries[-1]['label']} (all {len(rows)} prompts)", confirmed=True)
+    long = long_check.measure(cfg, target, tok, [runs[top]], [entries[-1] if confirmed else entries[top]], notes)
+    del runs  # the long check: the draft that ships, alone
 
     anchors = {}
-    if cfg.hf_anchors():
-        anchors["prompt_lookup"] = prompt_lookup(target, tok, rows, encoded, cfg, max(cfg.gammas()))
+    if cfg.hf_anchors():  # on the prompts every setting ran on
+        anchors["prompt_lookup"] = prompt_lookup(target, tok, rows[:screen], encoded[:screen], cfg, max(cfg.gammas()))
     if cfg.anchors == "vllm":
         anchors["vllm"] = vllm_anchors.anchor(cfg.target, vllm_drafts(cfg, todo, errors), entries, encoded,
                                               gamma=max(cfg.gammas()), max_new_tokens=cfg.max_new_tokens,
@@ -130,7 +132,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     result = {"target": cfg.target, "prompts": len(rows), "prompt_set": cfg.prompts, "config": asdict(cfg),
               "command": command or "python -m distill.evaluate " + " ".join(argv or []),
               "run": str(run_dir) if run_dir else None, "entries": entries, "anchors": anchors, "errors": errors,
-              "notes": notes,
+              "notes": notes, "screen": confirmed and confirmed["screen"],
               "long_check": long,
               "training_proxy": training_proxy(run_dir) if run_dir else [],
               "timing_check": timing.check({"entries": entries})}
@@ -144,6 +146,35 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
         report.log_wandb(result, pngs, cfg.wandb_project, out)
     result["output"] = str(out)
     return result
+
+
+def _entry(e: dict, label_of: tuple, names: dict, cfg: EvalConfig) -> dict:
+    """A measured result as report.json holds it: its label, step, design and kind, trained or off the shelf."""
+    spec, step, n, k = label_of
+    meta = read_meta(spec)
+    shelf = is_off_the_shelf(spec, e.get("draft_kind"), cfg.drafts_extra)  # beside, never shipped (offshelf.py)
+    e.update(label=label(spec, step, names, n, k), step=step if step is not None else meta.get("step"),
+             design=meta.get("design"), kind=design_kind(meta.get("design"), e.get("draft_kind")),
+             trained=not spec.startswith("layers:") and not shelf, off_the_shelf=shelf)
+    return e
+
+
+def winner(entries: list[dict]) -> int:
+    """Index of the trained entry with the highest measured speedup (of any entry when none is trained)."""
+    pool = [i for i, e in enumerate(entries) if e["trained"]] or range(len(entries))
+    return max(pool, key=lambda i: entries[i]["speedup"])
+
+
+def confirm(target, tok, run: tuple, screened: dict, rows: list[dict], encoded: list, log) -> dict:
+    """The screen's winner again on every prompt, against its own target-alone baseline (no anchors: they ran in
+    the screen); its result with `screen`: what the screen measured and that it decided on it."""
+    draft, bcfg, _ = run
+    print(f"confirming {screened['label']} (γ={bcfg.gamma}, {screened['speedup']}x on {screened['prompts']} prompts) "
+          f"on all {len(rows)} prompts", file=sys.stderr, flush=True)
+    e = measure_many(target, tok, [(draft, bcfg, False)], rows, encoded, log=log)[0]
+    e["screen"] = {"prompts": screened["prompts"], "winner": screened["label"], "speedup": screened["speedup"],
+                   "acceptance_rate": screened["speculative"]["acceptance_rate"], "tau": screened["speculative"]["tau"]}
+    return e
 
 
 def training_run(spec: str, other_drafts: bool) -> Path:

@@ -1,5 +1,6 @@
 """What one evaluation runs: the drafts (a run's checkpoints, the folders asked for, the untrained anchor), their
-names in the report, and each draft's (BenchConfig, transformers anchor) runs over the gamma x lookup x tree grid."""
+names in the report, and each draft's (BenchConfig, transformers anchor) runs over the gamma x lookup x tree grid
+(a screened evaluation: over the γ the cost model finds plausible, plausible_gammas)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from itertools import product
 from pathlib import Path
 from types import SimpleNamespace
 
-from decode.bench import BenchConfig, is_head
+from decode.bench import BenchConfig, costmodel, is_head, latency
+from decode.bench.config import hf_skip_reason
+from decode.bench.parallel_cost import c_block_at
 from decode.drafting.parallel import mask_token
 from decode.errors import UserError
 from decode.models.draft_folder import read_meta
@@ -123,18 +126,18 @@ def is_main(spec: str, step: int | None, todo: list[tuple[str, int | None]]) -> 
     return not spec.startswith("layers:") and (step is None or step == newest)
 
 
-def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, errors: list[dict], rows=()):
+def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, errors: list[dict], rows=(),
+              screen: bool = False):
     """Load each draft and list its (draft, BenchConfig, with transformers' assisted generation) runs and labels.
 
     The γ x lookup x tree grid goes to the drafts asked for and the newest checkpoint; the untrained anchor and
     the earlier checkpoints (the by-step curve) run at the first setting of each only, which keeps evaluation
-    time in check (grid). transformers' assisted generation has no lookup and verifies chains only, so it
-    runs next to the first lookup setting and chains only. A draft that does not load (a
-    missing folder, weights cut short) is skipped and recorded in `errors`: one bad draft never stops the others.
-    A feature head runs with its own weights (_head_notes says so); transformers' assisted generation
-    is asked for it as for any draft, and decode.bench records why it cannot run (`hf_assisted_skipped`).
+    time in check (grid). A screen (`screen`) times only the γ the cost model finds plausible (plausible_gammas).
+    transformers' assisted generation runs once: next to the first lookup setting, as a chain, with the first draft
+    it can run (hf_once). A draft that does not load (a missing folder, weights cut short) is skipped and recorded
+    in `errors`: one bad draft never stops the others. A feature head runs with its own weights (_head_notes says so).
     Returns (runs, labels, notes): notes are report.md's lines on what was left out for feature heads."""
-    runs, labels, heads = [], [], []
+    runs, labels, heads, wanted, known_v = [], [], [], [], {}
     for spec, step in todo:
         try:
             draft = load_draft(spec, target, tok, device=str(target.device))
@@ -145,20 +148,63 @@ def plan_runs(cfg: EvalConfig, todo: list[tuple[str, int | None]], target, tok, 
             continue
         main, head = is_main(spec, step, todo), is_head(draft)
         heads += [spec] if head else []
-        for k, n, g in grid(cfg, spec, step, todo, head):
+        weights = DecodeOptions.draft_weights if head else cfg.draft_weights
+        settings = grid(cfg, spec, step, todo, head)
+        if screen and main:
+            keep = plausible_gammas(target, draft, spec, sorted({g for *_, g in settings}), weights, known_v)
+            settings = [x for x in settings if x[2] in keep]
+        for k, n, g in settings:
             bcfg = BenchConfig(target=cfg.target, draft=spec, prompts=resolve(cfg.prompts),
                                max_new_tokens=cfg.max_new_tokens, gamma=g, schedule=cfg.schedule, lookup=n,
-                               lookup_tokens=cfg.lookup_tokens, tree_nodes=k,
-                               draft_weights=DecodeOptions.draft_weights if head else cfg.draft_weights,
+                               lookup_tokens=cfg.lookup_tokens, tree_nodes=k, draft_weights=weights,
                                draft_context=cfg.draft_context,
                                temperature=cfg.temperature, seed=cfg.seed, device=str(target.device), dtype=cfg.dtype,
                                hf_static=cfg.hf_static)
-            runs.append((draft, bcfg, cfg.hf_anchors() and main and n == cfg.lookups()[0] and not k))
+            runs.append((draft, bcfg, False))
+            wanted.append(cfg.hf_anchors() and main and n == cfg.lookups()[0] and not k)
             labels.append((spec, step, n, k))
     notes = _head_notes(cfg, heads)
     for line in notes:
         print(f"note: {line}", file=sys.stderr, flush=True)
-    return runs, labels, notes
+    return hf_once(runs, wanted), labels, notes
+
+
+def hf_once(runs: list[tuple], wanted: list[bool]) -> list[tuple]:
+    """transformers' anchors once per evaluation: assisted generation with the first wanted run whose draft it can
+    run (decode.bench.config.hf_skip_reason), else the first wanted one (its generate still times the target alone,
+    and the reason is recorded)."""
+    cands = [i for i, w in enumerate(wanted) if w]
+    pick = next((i for i in cands if hf_skip_reason(runs[i][0], runs[i][1]) is None), cands[0] if cands else None)
+    return [(d, c, i == pick) for i, (d, c, _) in enumerate(runs)]
+
+
+PLAUSIBLE = 0.05  # a screen times each γ whose predicted speedup is within 5% of the draft's best predicted one
+
+
+def plausible_gammas(target, draft, spec: str, gammas: list[int], weights: str, known_v: dict) -> list[int]:
+    """The γ a screen times: all of them where the draft's training recorded no held-out proxy (its α estimate)
+    or only one is asked for; else those whose predicted speedup (decode.bench.costmodel, with the draft's c or
+    c_block and the target's v(γ) timed now, v once per evaluation in known_v) is within PLAUSIBLE of the best."""
+    alpha = (read_meta(spec).get("metrics") or {}).get("eval/acceptance_proxy") if not spec.startswith("layers:") else None
+    if len(gammas) < 2 or not isinstance(alpha, (int, float)) or draft.other is not None:
+        return gammas
+    lat = latency.measure(target, draft.model, gammas, draft_weights=weights, known_v=known_v)
+    known_v.update({int(g): x for g, x in lat["v"].items()})
+    return plausible(gammas, float(alpha), step_costs(lat, gammas), {int(g): x for g, x in lat["v"].items()})
+
+
+def step_costs(cost: dict, gammas: list[int]) -> dict[int, float]:
+    """{γ: draft cost per proposed token, in target steps}: c, or a parallel draft's c_block(γ) / γ (one forward of γ
+    tokens a round, decode.bench.parallel_cost)."""
+    if cost.get("c_block"):
+        return {g: c_block_at(cost["c_block"], g) / g for g in gammas}
+    return {g: cost["c"] for g in gammas}
+
+
+def plausible(gammas: list[int], alpha: float, c: dict[int, float], v: dict[int, float]) -> list[int]:
+    """The γ whose predicted speedup at per-token α is within PLAUSIBLE of the best (c: draft cost per token at γ)."""
+    pred = {g: costmodel.speedup(alpha, g, c[g], costmodel.v_at(v, g)) for g in gammas}
+    return [g for g in gammas if pred[g] >= (1 - PLAUSIBLE) * max(pred.values())]
 
 
 def _head_notes(cfg: EvalConfig, heads: list[str]) -> list[str]:

@@ -20,8 +20,10 @@ PLOT_FILES = ("acceptance_by_step.png", "speedup_by_gamma.png", "design_map.png"
 
 
 def best(entries: list[dict]) -> dict | None:
-    """The trained entry with the highest measured speedup (any entry if none is trained)."""
-    pool = [e for e in entries if e.get("trained")] or entries
+    """The trained entry with the highest measured speedup (any entry if none is trained); after a screen
+    (distill.evaluate --screen-limit), the winner confirmed on every prompt."""
+    trained = [e for e in entries if e.get("trained")]
+    pool = [e for e in trained if e.get("confirmed")] or trained or entries
     if not pool:
         return None
     e = max(pool, key=lambda x: x["speedup"])
@@ -34,7 +36,7 @@ def best(entries: list[dict]) -> dict | None:
             # the cost model checked where it matters: (predicted - measured) / measured at the best measured γ
             "prediction_error": _error(e["cost_model"]["predicted_speedup"], e["speedup"]),
             **_in_run_error(e),
-            "speedup_vs_hf_assisted": e["speedup_vs_hf_assisted"]}
+            "speedup_vs_hf_assisted": e["speedup_vs_hf_assisted"], "prompts": e.get("prompts")}
 
 
 KIND_NAMES = {"feature_head": "feature head", "standalone": "standalone", "parallel": "parallel",
@@ -108,16 +110,20 @@ def markdown(result: dict, pngs: list[str]) -> str:
     lines += [warn, ""] if warn else []
     if entries:
         e0 = entries[0]
-        hfg = e0.get("hf_generate")  # transformers' own target alone, same prompts: an anchor for every device
+        # transformers' own target alone, on the prompts of the entries that ran it: an anchor for every device
+        hfg = next((e["hf_generate"] for e in entries if e.get("hf_generate")), None)
         lines += [f"Device: {e0['device']}, dtype {e0['dtype']}, max_new_tokens {e0['max_new_tokens']}, "
                   f"temperature {e0['temperature']}, schedule {e0['schedule']}." + (
                       f" Target alone: {_f(e0['baseline']['tokens_per_s'], 1)} tokens/s here, "
                       f"{_f(hfg['tokens_per_s'], 1)} with transformers' generate." if hfg else ""), "",
-                  "| draft | design | step | γ | α | τ | target tok/s | spec tok/s | speedup | predicted | vs HF assisted | c | lossless |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  *_screen_lines(result),
+                  "| draft | design | step | γ | prompts | α | τ | target tok/s | spec tok/s | speedup | predicted | "
+                  "vs HF assisted | c | lossless |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for e in entries:
             s, cm = e["speculative"], e["cost_model"]
-            lines.append(f"| {e['label']} | {design_text(e)} | {_f(e.get('step'))} | {e['gamma']} | {_f(s['acceptance_rate'])} | {_f(s['tau'], 2)} | "
+            lines.append(f"| {e['label']} | {design_text(e)} | {_f(e.get('step'))} | {e['gamma']} | {_f(e.get('prompts'))} | "
+                         f"{_f(s['acceptance_rate'])} | {_f(s['tau'], 2)} | "
                          f"{_f(e['baseline']['tokens_per_s'], 1)} | {_f(s['tokens_per_s'], 1)} | **{_f(e['speedup'], 2)}×** | "
                          f"{_f(cm['predicted_speedup'], 2)}× | {_f(e['speedup_vs_hf_assisted'], 2)} | {_f(cm['c'])} | "
                          f"{lossless.describe(e)} |")  # bf16/fp16: with the near-ties excused and ε
@@ -146,7 +152,8 @@ def markdown(result: dict, pngs: list[str]) -> str:
     if pl:
         lines += [f"- transformers prompt-lookup decoding (γ={pl['gamma']}): {pl['speedup_vs_hf_target_alone']}× "
                   f"over transformers' target alone ({pl['tokens_per_s']} vs {pl['hf_target_alone_tokens_per_s']} tokens/s)",
-                  "- transformers assisted generation with each draft: the 'vs HF assisted' column (same draft, same γ)"]
+                  "- transformers assisted generation with one draft (the first it can run, at the first lookup "
+                  "setting and as a chain): the 'vs HF assisted' column (same draft, same γ)"]
         lines += [f"  - not for {name}: {why}" for name, why in hf_skipped(entries).items()]
         lines += ["- the untrained layer cut: the 'untrained layers:…' rows (standalone drafts only; feature heads "
                   "have no layers to cut)"]
@@ -159,9 +166,45 @@ def markdown(result: dict, pngs: list[str]) -> str:
         lines += ["", "## Notes", ""] + [f"- {x}" for x in result["notes"]]
     if result.get("errors"):
         lines += ["", "## Not evaluated", ""] + [f"- skipped `{x['draft']}`: {x['error']}" for x in result["errors"]]
+    if result.get("stage_times"):  # added by the pipeline after its last stage (add_stage_times)
+        lines += ["", "## Pipeline stage times", "", *stage_lines(result["stage_times"])]
     if pngs:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in pngs]
     return "\n".join(lines) + "\n"
+
+
+def _screen_lines(result: dict) -> list[str]:
+    """What a screened evaluation timed on how many prompts ([] when every row ran on every prompt)."""
+    sc = result.get("screen")
+    if not sc:
+        return []
+    n = result["prompts"]
+    return [f"Each draft's plausible settings were timed on {sc['prompts']} of the {n} prompts (the screen), and the "
+            f"fastest trained one, {sc['winner']} ({sc['speedup']}× there), again on all {n}: the row marked "
+            f"(all {n} prompts), which the headline and the pipeline take.", ""]
+
+
+STAGE_NAMES = {"collect_s": "collect (train + held-out prompts)", "plan_s": "plan (each design's draft timed)",
+               "train_s": "train standalone", "train_head_s": "train feature head", "train_parallel_s": "train parallel",
+               "onpolicy_s": "on-policy rounds", "evaluate_s": "evaluate", "total_s": "total"}
+
+
+def stage_lines(times: dict) -> list[str]:
+    """A pipeline run's stage times ({"collect_s": seconds, ...}) as a markdown table."""
+    rows = [f"| {STAGE_NAMES.get(k, k)} | {v:,.1f} |" for k, v in times.items()
+            if isinstance(v, (int, float)) and k != "total_s"]
+    total = times.get("total_s")
+    if isinstance(total, (int, float)):
+        rows.append(f"| total | {total:,.1f} ({int(total // 60)} min {int(total % 60)} s) |")
+    return ["| stage | seconds |", "|---|---|", *rows]
+
+
+def add_stage_times(eval_dir: Path, times: dict) -> None:
+    """The pipeline's stage times into its evaluation's report.json and report.md (the plots as they are)."""
+    result = load(eval_dir)
+    result["stage_times"] = times
+    (eval_dir / "report.json").write_text(json.dumps(result, indent=2) + "\n")
+    rewrite(ReportConfig(str(eval_dir)))
 
 
 def _context_lines(top: dict) -> list[str]:

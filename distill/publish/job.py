@@ -21,6 +21,8 @@
 5. when the run was tracked (specdistill.json "wandb"), log the repo URL and the card's numbers to that W&B run
    and the folder as a model artifact.
 
+The card's numbers come from --eval EVAL_DIR; without it, a draft a pipeline shipped (RUN/draft) takes the
+pipeline's own evaluation (RUN/eval, the entries of the folder it was copied from), and publish says so.
 `--dry-run OUT_DIR` does 1-3 and writes the folder to OUT_DIR without touching the network. The token comes from
 HF_TOKEN or the cached `hf auth login`; it is never printed, logged or written, and a folder that contains it is
 refused. HF_ENDPOINT (read when huggingface_hub is imported) points uploads at another Hub, e.g. the local
@@ -79,7 +81,8 @@ TOKENIZER_FILES = (
 class PublishConfig:
     draft_dir: str = field(default="", metadata={"positional": True, "help": "a draft checkpoint written by distill.train"})
     repo_id: str = field(default="", metadata={"help": "Hub repo to publish to, ORG/NAME (required)"})
-    eval: str | None = field(default=None, metadata={"help": "evaluation folder (report.json) from distill.evaluate"})
+    eval: str | None = field(default=None, metadata={"help": "evaluation folder (report.json) from distill.evaluate "
+                                                         "(a pipeline's RUN/draft: RUN/eval when not given)"})
     require_eval: bool = field(default=False, metadata={"help": "refuse to publish without measured numbers"})
     target: str | None = field(default=None, metadata={"help": "target spec (default: the `target` in specdistill.json)"})
     dtype: str = field(default="bfloat16", metadata={"help": f"dtype of the published weights: {' | '.join(DTYPES)}"})
@@ -283,14 +286,54 @@ def check_draft_tokenizer(draft_dir: Path, spec: str) -> None:
 
 
 def _measured_entries(cfg: PublishConfig, draft_dir: Path) -> list[dict] | None:
-    """The evaluation report's entries for this draft (one per γ), or None when no --eval was given."""
-    if cfg.eval:
-        report_path, report = modelcard.load_report(Path(cfg.eval))
-        return modelcard.select_entries(report, report_path, draft_dir)
+    """The evaluation report's entries for this draft (one per γ): --eval's, else, for the draft a pipeline shipped
+    (RUN/draft), the pipeline's own evaluation (RUN/eval) of the folder it was copied from; None without either."""
+    shipped = pipeline_shipped(draft_dir)
+    if cfg.eval or shipped:
+        report_path, report = modelcard.load_report(Path(cfg.eval) if cfg.eval else draft_dir.parent / "eval")
+        entries = _select(report, report_path, draft_dir, shipped)
+        if not cfg.eval:
+            print(used_line(report_path, shipped, modelcard.headline(entries)))
+        return entries
     if cfg.require_eval:
         raise UserError("--require-eval: give --eval EVAL_DIR (the folder `python -m distill.evaluate` wrote)")
     print("warning: no --eval; the card will say that no speed numbers were measured")
     return None
+
+
+def pipeline_shipped(draft_dir: Path) -> dict | None:
+    """pipeline.json's `shipped` when draft_dir is the draft a pipeline run shipped (RUN/draft beside it), else None."""
+    path = draft_dir.parent / "pipeline.json"
+    try:
+        shipped = json.loads(path.read_text()).get("shipped") if path.is_file() else None
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(shipped, dict) or not shipped.get("from") or Path(shipped.get("folder", "")).name != draft_dir.name:
+        return None
+    return shipped
+
+
+def _select(report: dict, report_path: Path, draft_dir: Path, shipped: dict | None) -> list[dict]:
+    """The entries of the folder the pipeline shipped the draft from, else those of the draft folder itself; a
+    screened evaluation's row confirmed on every prompt in place of the screen's row at its γ."""
+    entries = None
+    if shipped:
+        try:
+            entries = modelcard.select_entries(report, report_path, Path(shipped["from"]))
+        except UserError:  # a report of other drafts (--eval given): the folder's own entries, or its error
+            pass
+    entries = entries or modelcard.select_entries(report, report_path, draft_dir)
+    confirmed = {e["gamma"] for e in entries if e.get("confirmed")}
+    return [e for e in entries if e.get("confirmed") or e["gamma"] not in confirmed]
+
+
+def used_line(report_path: Path, shipped: dict, e: dict) -> str:
+    """What publish says when it takes the pipeline's evaluation: which report, which draft, which numbers."""
+    s = e.get("speculative", {})
+    return (f"publish: numbers from the pipeline's evaluation {report_path} ({shipped['from']}, shipped to "
+            f"{shipped['folder']}): γ {e['gamma']}, α {s.get('acceptance_rate')}, τ {s.get('tau')}, speedup "
+            f"{e['speedup']}x on {e.get('prompts')} prompts, as a chain without context lookup (the card's numbers; "
+            f"the pipeline's best row, with the bundled decoder's lookup and trees: {shipped.get('speedup')}x)")
 
 
 def _assemble_and_check(cfg: PublishConfig, draft_dir: Path, folder: Path, meta: dict, spec: str,
