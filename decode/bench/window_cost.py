@@ -26,7 +26,7 @@ from decode.drafting.parallel import block_logits, mask_token
 from decode.models.draft_folder import VocabMap
 from decode.runners.choice import runner_for
 
-WINDOWS = (256, 512, 1024, 2048, 4096)  # candidates, below the draft's trained length and the longest prompt
+WINDOWS = (128, 256, 512, 1024, 2048, 4096)  # candidates, below the draft's trained length and the longest prompt
 
 
 @torch.inference_mode()
