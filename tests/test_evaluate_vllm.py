@@ -98,7 +98,7 @@ def test_anchor_plumbing_with_recorded_numbers(tmp_path, monkeypatch):
 
 def test_anchor_when_the_child_fails(tmp_path, monkeypatch):
     cut = _folder(tmp_path / "cut")
-    monkeypatch.setattr(vllm_anchors, "measure", lambda req, timeout_s=None: {"error": "the vLLM anchor process failed: boom"})
+    monkeypatch.setattr(vllm_anchors, "measure", lambda req, timeout_s=None, python=None: {"error": "the vLLM anchor process failed: boom"})
     a = vllm_anchors.anchor("default", [(cut, "cut")], [], [[1]], gamma=2, max_new_tokens=8, eos=[2], dtype="auto", seed=0)
     assert a["drafts"][0]["error"] == "not measured (see error)"
     assert "vLLM anchor: the vLLM anchor process failed: boom" in "\n".join(report.vllm_lines(a))

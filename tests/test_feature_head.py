@@ -63,10 +63,16 @@ def test_the_runners_capture_the_same_features(pair):
         r.capture = ()
 
 
-def test_training_unroll_is_what_decoding_computes(pair):
+@pytest.mark.parametrize("variant", [None, {"norm_before_residual": True, "norm_before_fc": True, "norm_output": True}])
+def test_training_unroll_is_what_decoding_computes(pair, variant):
     """TTT step 0 at head position p = the head reading the verified prefix; step 1 at p = the next drafted
-    position, reading the head's own step-0 output (decoding's second draft step)."""
+    position, reading the head's own step-0 output (decoding's second draft step); with speculators' eagle3
+    switches too (the next step reads the normed output)."""
     target, head = pair
+    if variant:
+        base = head
+        head = FeatureHead(base.config, base.feature_layers, base.draft_ids().tolist(), variant=variant).eval()
+        head.load_state_dict(base.state_dict(), strict=False)  # the input norm stays at its ones
     ids = torch.randint(0, 300, (1, 14), generator=torch.Generator().manual_seed(1))
     feats = target_features(target, ids, torch.ones_like(ids), head.feature_layers)  # (1, T, F)
     student = HeadStudent(head, {"fkl": 1.0}, 0.5, 2**20, 3, 0.8)
@@ -147,16 +153,19 @@ def _argv(tc: SimpleNamespace, out, *extra):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("features", ["stored", "online"])
-def test_a_head_run_exports_a_folder_that_decodes_losslessly(tiny_collected, tmp_path, features, capsys):
+@pytest.mark.parametrize("features, variant", [("stored", []), ("online", []),
+                                               ("stored", ["norm_before_fc", "norm_before_residual", "norm_output"])])
+def test_a_head_run_exports_a_folder_that_decodes_losslessly(tiny_collected, tmp_path, features, variant, capsys):
     from decode.models.targets import load_draft, load_target
 
     out = tmp_path / "run"
-    _train(_argv(tiny_collected, out, "--features", features))
+    _train(_argv(tiny_collected, out, "--features", features, *(["--head-variant", json.dumps(variant)] if variant else [])))
     hf = out / "checkpoint-000004" / "hf"
     assert is_head_folder(hf)
     meta = json.loads((hf / "specdistill.json").read_text())
     assert meta["design"]["kind"] == "feature_head" and meta["design"]["features"] == features
+    config = json.loads((hf / "config.json").read_text())
+    assert [k for k in ("norm_before_fc", "norm_before_residual", "norm_output") if config[k]] == variant
     assert (out / "features" / "features.json").is_file() == (features == "stored")
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("train/loss_step2" in r for r in rows)  # the three TTT steps are each in the loss

@@ -158,7 +158,7 @@ def test_vllm_anchor_serves_a_draft_with_its_own_tokenizer_as_heterogeneous(monk
     from distill.evaluate import vllm_anchors
 
     asked = {}
-    monkeypatch.setattr(vllm_anchors, "measure", lambda req, timeout_s=None: asked.update(req) or {"drafts": []})
+    monkeypatch.setattr(vllm_anchors, "measure", lambda req, timeout_s=None, python=None: asked.update(req) or {"drafts": []})
     entries = [{"draft": "default", "draft_kind": "other_tokenizer", "gamma": 2, "lookup": 0, "tree_nodes": 0,
                 "speedup": 1.0, "speculative": {"acceptance_rate": 0.5, "tau": 2.0, "tokens_per_s": 9.0}}]
     vllm_anchors.anchor(folders["target"], [("default", "smol")], entries, [[1]], gamma=2, max_new_tokens=4, eos=[2],

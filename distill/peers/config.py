@@ -11,13 +11,14 @@ VENV_PYTHON = ".venv-vllm/bin/python"  # where scripts/setup.sh installs specula
 INSTALL = ("bash scripts/setup.sh (it installs speculators 0.9.0 into .venv-vllm), or into any environment: "
            "pip install --no-deps speculators==0.9.0 hs-connectors==0.9.0")
 
-# speculators' eagle3 recipes, as its flags. `defaults`: its own defaults (Muon at lr 1e-3, the target's whole
-# vocabulary, 3 TTT steps at decay 1.0, KL to the target's full distribution). `small-data`: its documented 5k-sample
-# recipe (examples/train/eagle3_llama3_8b_sharegpt_offline_5k.sh: lr 1e-4 and a reduced draft vocabulary, there 32,000
-# of Llama-3's 128k ids; here our head's own draft vocabulary size, {vocab}). Both run our head's optimizer steps
-# on our head's tokens, whatever epochs their examples name.
+# speculators' eagle3 recipes, as its flags. `defaults`: its defaults (Muon at lr 1e-3, a linear schedule, 3 TTT steps
+# at decay 1.0, KL to the target's distribution over the draft vocabulary) with the reduced draft vocabulary every
+# one of its EAGLE-3 examples sets (--draft-vocab-size; here our head's, {vocab}); without one it trains the
+# target's whole vocabulary, which no example does and which costs ~10x a step on a CPU. `small-data`: its
+# documented 5k-sample recipe (examples/train/eagle3_llama3_8b_sharegpt_offline_5k.sh: lr 1e-4; there 32,000 of
+# Llama-3's 128k ids). Both run our head's optimizer steps on our head's tokens, whatever epochs their examples name.
 RECIPES = {
-    "defaults": [],
+    "defaults": ["--draft-vocab-size", "{vocab}"],
     "small-data": ["--lr", "1e-4", "--draft-vocab-size", "{vocab}"],
 }
 
@@ -34,7 +35,7 @@ class PeersConfig:
                           + ", ".join(RECIPES)})
     steps: int = field(default=0, metadata={"help": "optimizer steps for each peer run (0 = as many as our head's)"})
     prompts: list = field(default_factory=lambda: ["heldout", "ood"], metadata={"help": "prompt sets, one evaluation "
-                          "each, every draft in it"})
+                          "each, every draft in it ([] = train and measure the proxy only; a rerun evaluates)"})
     limit: int = field(default=48, metadata={"help": "prompts of each set, taken in turn from each category"})
     anchors: str = field(default="vllm", metadata={"help": "vllm: also vLLM's α for each draft it serves, on the first "
                                                           "prompt set (through --peer-python) | hf | none"})

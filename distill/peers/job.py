@@ -25,6 +25,7 @@ are still evaluated. Rerunning the command resumes: finished data, hidden states
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from dataclasses import fields
@@ -133,6 +134,7 @@ def train_recipe(cfg: PeersConfig, folder: Path, recipe: str, head_cfg, tok, dat
         return {**entry, "draft": str(draft), "train_s": json.loads(meta_path.read_text())["peer"]["train_s"]}
     print(f"peers: speculators {recipe}: {packing['steps']} steps, --total-seq-len {packing['total_seq_len']}, "
           f"{packing['epochs']} epochs -> {save}", file=sys.stderr, flush=True)
+    fresh_start(save, args)
     try:
         seconds = speculators_train.train(cfg.peer_python, args, save / "train.log")
         meta = {"target": head_cfg.target, "design": {"kind": "feature_head", "feature_layers": data["layers"],
@@ -143,6 +145,17 @@ def train_recipe(cfg: PeersConfig, folder: Path, recipe: str, head_cfg, tok, dat
         print(f"peers: speculators {recipe}: {e}", file=sys.stderr, flush=True)
         return {**entry, "error": str(e)}
     return {**entry, "draft": str(draft), "train_s": round(seconds, 1)}
+
+
+def fresh_start(save: Path, args: list[str]) -> None:
+    """speculators resumes from the checkpoints in its save path: those of a run with other flags (other steps, data
+    or recipe) are removed first, so a rerun with the same flags resumes and one with new flags starts over."""
+    record = save / "flags.json"
+    if record.is_file() and json.loads(record.read_text()) != args:
+        print(f"peers: {save} was trained with other flags; starting it over", file=sys.stderr, flush=True)
+        shutil.rmtree(save / "checkpoints", ignore_errors=True)
+    save.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(args) + "\n")
 
 
 def evaluate_set(cfg: PeersConfig, run_dir: Path, out: Path, prompts: str, drafts: list[str], vllm: bool,

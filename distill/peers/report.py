@@ -93,7 +93,7 @@ def markdown(result: dict) -> str:
     head = ["design", "trainer", "tokens", "steps", "train wall", "held-out proxy"]
     for s in sets:
         head += [f"α {s}", f"τ {s}", f"speedup {s}"]
-    head += ["lossless", "vLLM α"]
+    head += ["lossless", "vLLM α"] if sets else []
     lines = [f"# Our drafts against speculators' trainer at equal data ({result['run']})", "",
              f"Command: `{result['command']}`", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -106,7 +106,7 @@ def markdown(result: dict) -> str:
             m = measured.get(s) or {}
             cells += [_cell(m.get("alpha")), _cell(m.get("tau"), "{:.2f}"), _cell(m.get("speedup"), "{:.3f}×")]
         lossless = [m.get("lossless") for m in measured.values() if m]
-        cells += [_cell(all(lossless) if lossless else None), _cell(r.get("vllm_alpha"))]
+        cells += [_cell(all(lossless) if lossless else None), _cell(r.get("vllm_alpha"))] if sets else []
         if r.get("error"):
             cells = [name, r["trainer"]] + ["—"] * (len(head) - 3) + [f"failed: {r['error']}"]
         lines.append("| " + " | ".join(cells) + " |")
