@@ -106,10 +106,11 @@ def test_a_tree_arm_is_rated_by_what_it_emits():
 
 
 def _decode_on_a_clock(monkeypatch, target, draft, prompt, options, per_draft: float, stats_out: list | None = None):
-    """generate() with the adaptive schedule on a clock where a round of γ drafts costs 1 + per_draft γ seconds
-    -> (output, the γ asked before each round); the call's Stats appended to stats_out when given."""
+    """generate() with the adaptive schedule on a clock where a round of γ drafts costs 1 + per_draft γ seconds and
+    the draft's reads of the prompt cost nothing (the schedule sees no wall-clock time at all, so a loaded machine
+    cannot move its choices) -> (output, the γ asked before each round); the call's Stats appended to stats_out."""
     from decode import generate
-    from decode.drafting import schedule
+    from decode.drafting import prompt_read, schedule
 
     now, asked = [0.0], []
     real_next, real_init = schedule.Adaptive._choose, schedule.Adaptive.__init__
@@ -128,6 +129,9 @@ def _decode_on_a_clock(monkeypatch, target, draft, prompt, options, per_draft: f
     with monkeypatch.context() as m:
         m.setattr(schedule.Adaptive, "_choose", recording)
         m.setattr(schedule.Adaptive, "__init__", on_clock)
+        m.setattr(prompt_read, "read_prior", lambda *a: 0.0)
+        real_drain = prompt_read.Deferred.drain
+        m.setattr(prompt_read.Deferred, "drain", lambda self: (real_drain(self)[0], 0.0))
         out, stats = generate(target, draft, prompt, 120, options)
     if stats_out is not None:
         stats_out.append(stats)
