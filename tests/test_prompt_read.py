@@ -49,8 +49,8 @@ def test_reads_after_rounds_without_the_draft_keep_the_targets_output(tiny_llama
 
 
 def test_the_window_comes_from_the_option_the_draft_folder_or_the_cost_model(tiny_llama, tmp_path):
-    """--draft-context N, else the window evaluate stored in the draft's specdistill.json, else the cost model's;
-    a prompt no longer than the window is read whole."""
+    """--draft-context N, else the window evaluate stored in the draft's specdistill.json (measured on long prompts:
+    applied above MIN_WINDOW tokens), else the cost model's; a prompt no longer than the window is read whole."""
     target, draft = tiny_llama(42, **KW), tiny_llama(43, layers=1, hidden=64, num_attention_heads=4,
                                                         num_key_value_heads=2)
     folder = tmp_path / "draft"
@@ -60,6 +60,10 @@ def test_the_window_comes_from_the_option_the_draft_folder_or_the_cost_model(tin
     assert prompt_read.choose(DecodeOptions(), saved, target.config, 6000).source == "cost model"
     assert draft_folder.store_window(folder, {"window": 768, "chosen_by": "test"})
     assert prompt_read.choose(DecodeOptions(), saved, target.config, 6000) == prompt_read.Window(768, "stored")
+    assert draft_folder.store_window(folder, {"window": 128, "chosen_by": "test"})
+    assert prompt_read.choose(DecodeOptions(), saved, target.config, 600).tokens == 128
+    assert prompt_read.choose(DecodeOptions(), saved, target.config, 300).tokens == 300  # short prompts: read whole
+    assert prompt_read.choose(DecodeOptions(draft_context=100), saved, target.config, 300).tokens == 100
     assert prompt_read.choose(DecodeOptions(draft_context=100), saved, target.config, 6000).tokens == 100
     assert json.loads((folder / draft_folder.META_FILE).read_text())["design"] == {}  # the rest kept
     assert not draft_folder.store_window(tmp_path, {"window": 1})  # no specdistill.json: nothing of ours to add to

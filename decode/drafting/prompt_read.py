@@ -8,7 +8,8 @@ prompt to it), and the output stays the target's whatever it read. W, in order:
 
     option       --draft-context N (1..the draft's trained length)
     stored       the window evaluate's long check chose for this draft from its measured cost per key and the
-                 acceptance it keeps at each window (specdistill.json's `draft_context`, decode.models.draft_folder)
+                 acceptance it keeps at each window (specdistill.json's `draft_context`, decode.models.draft_folder);
+                 chosen on long prompts, so it applies above MIN_WINDOW tokens: shorter prompts are read whole
     cost model   without one: the largest power of two whose read costs at most READ_SHARE of the target's own
                  prompt forward (the two forwards' multiply-adds a token, from their configs), never below
                  MIN_WINDOW (so short prompts are read whole) nor above the draft's trained length
@@ -31,7 +32,8 @@ from decode.models import draft_folder
 from decode.models.feature_head import FeatureHead
 
 READ_SHARE = 0.02  # the cost model's window: its read costs at most this share of the target's prompt forward
-MIN_WINDOW = 512  # ... and is never shorter (the bundled drafts train on prompts below this: read whole)
+MIN_WINDOW = 512  # ... and is never shorter, nor is a stored window applied below it (the bundled drafts train on
+# prompts below this, which they read whole; the stored window was measured on prompts of 1K tokens and more)
 
 
 @dataclass
@@ -80,7 +82,7 @@ def choose(options, draft, target_config, prompt_len: int) -> Window:
     folder = folder_of(draft)
     stored = draft_folder.read_window(folder) if folder else None
     if stored is not None:
-        return Window(stored, "stored")
+        return Window(stored if prompt_len > MIN_WINDOW else max(stored, prompt_len), "stored")
     return Window(model_window(draft, target_config, prompt_len), "cost model")
 
 
