@@ -45,12 +45,14 @@ class DecodeOptions:
     tree_nodes: int = field(default=0, metadata={"help": "draft a token tree of up to N nodes and γ levels each "
                                                          "round, verified in one target forward (decode.drafting.tree; 0 = a "
                                                          "chain of γ)"})
-    # whole prompt by default: on a GPU the draft's prompt forward costs about its share of the target's FLOPs
-    # (a few %), while on a CPU at 4K-8K tokens it can cost more than a short answer's drafting saves
+    # chosen by cost by default: at 4K-8K tokens on a CPU the draft's forward over the whole prompt cost more than a
+    # 64-token answer's drafting saved, and its step grows with every key it attends to (docs/results.md, issue 65)
     draft_context: int = field(default=0, metadata={"help": "a standalone draft reads only the prompt's last N "
                                                             "tokens (its own positions from 0; lookup still reads "
-                                                            "all of it); output unchanged, a cheaper draft prompt "
-                                                            "forward at long prompts (0 = the whole prompt)"})
+                                                            "all of it; the output is unchanged). 0 = by cost: the "
+                                                            "window stored with the draft (evaluate's long check), "
+                                                            "else the cost model's (decode.drafting.prompt_read); "
+                                                            "N in 1..the draft's trained length"})
     draft_weights: str = field(default="float32", metadata={"help": "float32 | float16 | int8: a llama-family draft "
                                                                     "runs with weights stored so on CPU "
                                                                     "(decode.runners.smallgemm: a cheaper draft step)"})
@@ -79,8 +81,8 @@ class DecodeOptions:
             raise UserError(f"--tree-nodes {self.tree_nodes} drafts γ levels every round; the {self.schedule} schedule "
                             "changes a chain's length: use --schedule constant or adaptive with a tree, or --tree-nodes 0")
         if self.draft_context < 0:
-            raise UserError(f"--draft-context must be >= 0 (the prompt's last N tokens the draft reads; 0 = all), "
-                            f"got {self.draft_context}")
+            raise UserError(f"--draft-context must be 0 (the window chosen by cost) or 1..the draft's trained length "
+                            f"(the prompt's last N tokens the draft reads), got {self.draft_context}")
         if self.draft_weights not in WEIGHTS:
             names = ", ".join(WEIGHTS)
             raise UserError(f"--draft-weights must be one of {names}, got {self.draft_weights!r} "

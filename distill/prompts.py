@@ -1,9 +1,10 @@
-"""Prompt sets: the bundled ones (`train`, `heldout`; `long`, `long-heldout`; `ood`), JSONL files, or any HF dataset
-with a column mapping.
+"""Prompt sets: the bundled ones (`train`, `heldout`; `long`, `long-heldout`; `ood`, `long-ood`), JSONL files, or any
+HF dataset with a column mapping.
 
     load_prompts("train")                                    # bundled train split (612 prompts)
     load_prompts("long-heldout")                             # bundled 1K-7K-token prompts, held out (distill/data/long)
     load_prompts("ood")                                      # prompts unlike the training set (distill/data/ood)
+    load_prompts("long-ood")                                 # 2K-7K-token documents unlike the bundled ones (long_ood)
     load_prompts("train+long")                               # sets joined with + (short and long examples mixed)
     load_prompts("my.jsonl")                                 # a prompt file (docs/architecture.md)
     load_prompts("data/chats/", columns={"messages": "conversation", "category": "topic"})
@@ -24,12 +25,12 @@ from decode.prompts import read_prompts, validate_prompt
 DATA_DIR = Path(__file__).parent / "data"
 BUNDLED = {"train": DATA_DIR / "train.jsonl", "heldout": DATA_DIR / "heldout.jsonl",
            "long": DATA_DIR / "long" / "train.jsonl", "long-heldout": DATA_DIR / "long" / "heldout.jsonl",
-           "ood": DATA_DIR / "ood" / "ood.jsonl"}
+           "ood": DATA_DIR / "ood" / "ood.jsonl", "long-ood": DATA_DIR / "long_ood" / "long_ood.jsonl"}
 FIELDS = ("id", "category", "prompt", "messages", "response")
 
 
 def resolve(spec: str) -> str:
-    """`train` / `heldout` / `long` / `long-heldout` / `ood` -> the bundled file; anything else unchanged."""
+    """`train` / `heldout` / `long` / `long-heldout` / `ood` / `long-ood` -> the bundled file; anything else unchanged."""
     return str(BUNDLED[spec]) if spec in BUNDLED else spec
 
 

@@ -568,7 +568,7 @@ def test_an_unknown_prompt_set_is_one_line_without_asking_the_hub(spec, monkeypa
 
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("asked the Hub"))
     with pytest.raises(UserError, match=re.escape(f"prompts not found: {spec!r} is neither a bundled set (train, "
-                                                  "heldout, long, long-heldout, ood), an existing file or folder, nor a "
+                                                  "heldout, long, long-heldout, ood, long-ood), an existing file or folder, nor a "
                                                   "Hub dataset id")):
         load_prompts(spec)
 

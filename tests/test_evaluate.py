@@ -333,23 +333,40 @@ def test_the_size_of_the_evaluation_is_said_before_the_target_loads(tiny_pair, t
 
 
 def test_the_long_check_times_each_designs_best_again_on_long_prompts(tiny_pair, tmp_path):
-    """--long-prompts: the fastest trained entry of each kind, again on the long set, against its own baseline; a
-    prompt the target's 512 positions cannot hold is left out with a note (distill/evaluate/long_check.py)."""
-    long = tmp_path / "long.jsonl"
+    """--long-prompts: the fastest trained entry of each kind, again on the long set and on --long-unfamiliar, against
+    its own baseline, with the decoder's default schedule; before that its window of the prompt is chosen by cost
+    on the first set and stored in its specdistill.json; a prompt the target's 512 positions cannot hold is left out
+    with a note (distill/evaluate/long_check.py)."""
+    long, other, good = tmp_path / "long.jsonl", tmp_path / "other.jsonl", tmp_path / "good"
     rows = [{"id": f"l{n}", "category": "long_qa", "messages": [{"role": "user", "content": "word " * n + "Why?"}]}
             for n in (300, 2000)]
     long.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    res = evaluate.run(_cfg(tiny_pair, tmp_path, drafts=[tiny_pair["good"], tiny_pair["random"]], gamma=2,
-                            long_prompts=str(long), long_limit=2))
-    report = json.loads((tmp_path / "report.json").read_text())
+    other.write_text(json.dumps({"id": "o1", "category": "readme_qa", "messages": [
+        {"role": "user", "content": "pip install " * 60 + "What?"}]}) + "\n")
+    shutil.copytree(tiny_pair["good"], good)  # a copy: the check writes its window into the draft's folder
+    (good / "specdistill.json").write_text(json.dumps({"step": 7}))
+    res = evaluate.run(_cfg(tiny_pair, tmp_path / "ev", drafts=[str(good)], gamma=2,
+                            long_prompts=str(long), long_unfamiliar=str(other), long_limit=2))
+    report = json.loads((tmp_path / "ev" / "report.json").read_text())
     lc = report["long_check"]
-    assert lc["prompts"] == 1 and lc["buckets"] == ["<512"] and len(lc["entries"]) == 1  # both drafts: standalone
+    assert lc["prompts"] == 1 and lc["buckets"] == ["<512"] and len(lc["entries"]) == 1
+    assert lc["schedule"] == "adaptive" and lc["unfamiliar"]["prompt_set"] == str(other)
     e = lc["entries"][0]
-    assert e["label"] == report["best"]["label"] and e["lossless"] is True and e["alpha_kept"] > 0.9  # its own copy
+    assert e["label"] == report["best"]["label"] and e["lossless"] is True
+    # its own copy: α 1 wherever it drafts (here a round costs the target's step twice over, so the adaptive schedule
+    # may well settle on the target alone after its warm-up: no draft α then)
+    assert e["alpha_kept"] is None or e["alpha_kept"] > 0.9
+    assert lc["unfamiliar"]["entries"][0]["lossless"] is True
     assert any("1 of 2 prompts" in n for n in report["notes"])
-    assert e["first_token"] > 0  # its time to the first token against the target alone's (the draft's prompt forward)
-    assert "## Long prompts: 1 of" in (tmp_path / "report.md").read_text() and "first token (time)" in (
-        tmp_path / "report.md").read_text()
+    assert e["first_token"] > 0  # its time to the first token against the target alone's
+    stored = json.loads((good / "specdistill.json").read_text())
+    window = lc["windows"][e["label"]]
+    assert stored["step"] == 7 and stored["draft_context"] == window  # kept with the draft, the decoder reads it
+    whole = max(window["windows"], key=int)  # the whole prompt: the target's own copy predicts every token there
+    assert window["windows"][whole]["agreement"] == 1.0 and window["window"] == int(whole)
+    assert e["draft_window"] == {"stored": {"calls": 1, "tokens": [e["draft_window"]["stored"]["tokens"][0]] * 2}}
+    md = (tmp_path / "ev" / "report.md").read_text()
+    assert "## Long prompts: 1 of" in md and "first token (time)" in md and f"of `{other}`" in md
     from distill.evaluate import report as rep
 
     assert "\nat long prompts (1 of " in rep.headline(res)  # the second line the pipeline prints

@@ -105,14 +105,15 @@ def test_a_tree_arm_is_rated_by_what_it_emits():
     assert sched.adaptive.best == 5
 
 
-def _decode_on_a_clock(monkeypatch, target, draft, prompt, options, per_draft: float):
-    """generate() with the adaptive schedule on a clock where a round of γ drafts costs 1 + per_draft γ seconds
-    -> (output, the γ asked before each round)."""
+def _decode_on_a_clock(monkeypatch, target, draft, prompt, options, per_draft: float, stats_out: list | None = None):
+    """generate() with the adaptive schedule on a clock where a round of γ drafts costs 1 + per_draft γ seconds and
+    the draft's reads of the prompt cost nothing (the schedule sees no wall-clock time at all, so a loaded machine
+    cannot move its choices) -> (output, the γ asked before each round); the call's Stats appended to stats_out."""
     from decode import generate
-    from decode.drafting import schedule
+    from decode.drafting import prompt_read, schedule
 
     now, asked = [0.0], []
-    real_next, real_init = schedule.Adaptive._next, schedule.Adaptive.__init__
+    real_next, real_init = schedule.Adaptive._choose, schedule.Adaptive.__init__
 
     def clock():  # each call ends the round just run
         now[0] += 1.0 + per_draft * (asked[-1] if asked else 0)
@@ -126,9 +127,14 @@ def _decode_on_a_clock(monkeypatch, target, draft, prompt, options, per_draft: f
         real_init(self, gamma, tree, clock)
 
     with monkeypatch.context() as m:
-        m.setattr(schedule.Adaptive, "_next", recording)
+        m.setattr(schedule.Adaptive, "_choose", recording)
         m.setattr(schedule.Adaptive, "__init__", on_clock)
-        out, _ = generate(target, draft, prompt, 120, options)
+        m.setattr(prompt_read, "read_prior", lambda *a: 0.0)
+        real_drain = prompt_read.Deferred.drain
+        m.setattr(prompt_read.Deferred, "drain", lambda self: (real_drain(self)[0], 0.0))
+        out, stats = generate(target, draft, prompt, 120, options)
+    if stats_out is not None:
+        stats_out.append(stats)
     return out, asked
 
 
@@ -172,3 +178,73 @@ def test_a_generation_resumes_from_the_last_ones_estimates(tiny_llama, noisy_cop
                                     0.05)
     assert first[0] == 0 and fresh[0] == 0 and changed[0] == 0  # the target alone timed first: nothing carried
     assert 0 not in again[:EXPLORE - 1] and again[0] == first[-1]  # the last generation's best arm, at once
+
+
+def test_a_generation_whose_schedule_never_drafts_runs_no_draft_forward(tiny_llama, noisy_copy, monkeypatch):
+    """Where drafting costs far more than it saves, the first generation tries it (nothing is known yet) and drops
+    it; the next starts from that, never drafts, and so never runs the draft at all: not even its read of the
+    prompt, which waits for the first drafted round (decode.drafting.prompt_read.Deferred)."""
+    import torch
+
+    from decode import DecodeOptions, generate
+
+    target = tiny_llama(33, layers=2, hidden=64)
+    draft = noisy_copy(target, 3, scale=0.02)
+    prompt = torch.randint(0, 97, (40,), generator=torch.Generator().manual_seed(33)).tolist()
+    alone, _ = generate(target, None, prompt, 120)
+    options, stats = DecodeOptions(gamma=4, schedule="adaptive"), []
+    _, first = _decode_on_a_clock(monkeypatch, target, draft, prompt, options, 50.0, stats)
+    out, second = _decode_on_a_clock(monkeypatch, target, draft, prompt, options, 50.0, stats)
+    assert any(first) and stats[0].draft_forwards > 0  # tried once, then dropped
+    assert out == alone and set(second) == {0}
+    assert stats[1].draft_forwards == 0 and stats[1].draft_seconds == 0 and stats[1].draft_prompt_seconds == 0
+
+
+def test_drafting_starts_only_where_it_wins_back_the_drafts_read_of_the_prompt():
+    """A draft that pays 1.3x a round but has not read its prompt yet (S seconds): it starts when the tokens left
+    save more than S at the gain's lower bound, and stays with the target alone when they do not."""
+
+    def schedule(remaining: float, read_cost: float):
+        now = [0.0]
+        sched = Schedule("adaptive", 2, clock=lambda: now[0])
+        sched.start()
+        for _ in range(60):  # learn: γ 2 emits about 2.2 tokens a round for 1.7x a round of the target alone
+            g = sched.gamma
+            now[0] += 1.7 if g else 1.0
+            sched.update(g, [0, 1, 1, 2, 2][sched.adaptive.rounds % 5] if g else 0)
+        a = sched.adaptive
+        a.drafting, a.rho = False, read_cost / 1000
+        a.record(0, 0, 1, remaining=remaining, unread=1000)
+        return a.drafting
+
+    assert schedule(remaining=500, read_cost=5.0)  # saves ~0.2 s a token over 500 tokens: 100 s >> 5 s
+    assert not schedule(remaining=10, read_cost=5.0)  # ~2 s over 10 tokens does not pay 5 s
+    assert schedule(remaining=10, read_cost=0.0)  # a read already made: nothing to win back
+
+
+def test_probes_cost_at_most_their_share_of_the_time():
+    """Generations of 64 tokens where drafting never pays and the draft must read 1,000 prompt tokens (10 rounds'
+    time) before it drafts: after the first generation (which tries drafting: nothing is known yet), the reads
+    and lost rounds of its probes stay within about PROBE_SHARE of the time, and it does still probe."""
+    from decode.drafting.schedule import PROBE_SHARE
+
+    world, carried, lost, start_time = World(0.05, 0.3, 0.05), None, 0.0, None
+    for generation in range(80):
+        sched = Schedule("adaptive", 4, clock=world.clock, carried=carried)
+        unread = 1000
+        sched.start(64, unread)
+        if generation == 1:
+            start_time = world.now
+        for left in range(63, -1, -1):
+            g, read = sched.gamma, (0, 0.0)
+            if g and unread:
+                world.now += 10.0  # the read, once a generation
+                read, unread = (unread, 10.0), 0
+                lost += 10.0 if generation else 0.0
+            before = world.now
+            n, _ = world.run(g)
+            lost += (world.now - before - 1.0) if g and generation else 0.0  # a probe round's time beyond t_0's
+            unread += 0 if g or unread >= 1000 else 1  # a round without the draft: one more token to catch up on
+            sched.update(g, n, read=read, remaining=left, unread=unread)
+        carried = sched.adaptive
+    assert 0 < lost <= 1.5 * PROBE_SHARE * (world.now - start_time), (lost, world.now - start_time)

@@ -32,6 +32,7 @@ from decode import cli
 from decode.bench.config import BenchConfig, check_head_options
 from decode.bench.measure import encode_all, measure_pair
 from decode.bench.results import summary
+from decode.drafting import prompt_read
 from decode.models.targets import (
     check_device,
     load_draft,
@@ -54,6 +55,7 @@ def run(cfg: BenchConfig) -> dict:
     target, tok = load_target(cfg.target, cfg.dtype, cfg.device, load_format=cfg.load_format)
     draft = load_draft(cfg.draft, target, tok, device=str(target.device))  # a spread target's first GPU
     check_head_options(draft, cfg, cfg.draft)
+    prompt_read.check(draft.decoding, cfg)  # --draft-context within what the draft was trained on
     if draft.other is not None and cfg.chat_template:  # a draft with its own tokenizer must read the target's text
         for row in rows:
             check_chat_template(tok, draft.other.tokenizer, row)

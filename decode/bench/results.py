@@ -252,6 +252,10 @@ def summary(r: dict) -> str:
         text += f", transformers assisted {hf['tokens_per_s']:.1f}"
     elif r.get("hf_assisted_skipped"):
         text += " (no transformers assisted: " + r["hf_assisted_skipped"].split(";")[0] + ")"
+    windows = s.get("draft_window") or {}
+    if windows:  # where the draft's window of the prompt came from (decode.drafting.prompt_read)
+        text += "; draft window: " + ", ".join(f"{k} ({w['tokens'][0]}-{w['tokens'][1]} tokens)" if k != "none" else k
+                                               for k, w in windows.items())
     text += f"; speedup {r['speedup']:.2f}x over the target alone"
     if r["speedup_vs_hf_assisted"]:
         text += f", {r['speedup_vs_hf_assisted']:.2f}x over transformers assisted"

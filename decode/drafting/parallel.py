@@ -68,6 +68,8 @@ class ParallelDraft:
                             stats, on_device)
         self.mask = mask
 
+    unread, _catch_up, drain_reads = DraftChain.unread, DraftChain._catch_up, DraftChain.drain_reads
+
     def forward(self, g: int) -> torch.Tensor:
         """One draft forward over pending + (g-1) masks -> (g, V_draft) logits, q_1..q_g before any mask is cut;
         the cache then holds the real tokens only."""
@@ -84,6 +86,7 @@ class ParallelDraft:
     def propose(self, ctx: list[int], g: int, room: int) -> Proposal:
         """d_1..d_g (target ids) from one forward, q (g, V_target) when sampling; with nodes > 0 a token tree g
         levels deep from the same forward."""
+        self._catch_up()
         z = self.forward(g)
         if self.nodes:
             return self._tree(z)
@@ -109,3 +112,4 @@ class ParallelDraft:
     def advance(self, proposal: Proposal, kept: list[int], nxt: int) -> None:
         """The draft's cache never holds a drafted token: what the target kept and its next token are fed next."""
         self.pending = self.pending + kept + [nxt]
+        self.behind += 0 if proposal.source else len(kept) + 1  # the target alone's rounds: read apart

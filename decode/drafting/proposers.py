@@ -21,6 +21,7 @@ from typing import Protocol
 import torch
 
 from decode.drafting.lookup import continuation
+from decode.drafting.prompt_read import wall_clock
 from decode.drafting.sampling import SamplingParams, logits_to_probs, sample
 from decode.drafting.tree import TokenTree, grow, level_inputs
 from decode.models.draft_folder import VocabMap
@@ -137,11 +138,35 @@ class DraftChain:
         stats.draft_forwards += 1
         self.pending = [first]
         self.base = 0  # a tree round: the draft cache's length before its tree rows
+        self.behind = 0  # tokens emitted in rounds that drafted nothing (the target alone's): read apart (_catch_up)
+        self.reads: list[tuple[int, float]] = []  # (tokens, wall seconds) of those reads, for the schedule
+
+    @property
+    def unread(self) -> int:
+        """Tokens the draft reads apart before its next proposal (a catch-up; 0 for a round's usual 1-2)."""
+        return len(self.pending) - 1 if self.behind >= 2 else 0
+
+    def _catch_up(self) -> None:
+        """After rounds it did not draft, read what they emitted in one forward of its own, timed apart (the
+        schedule counts it as a one-off, not as a drafted round's cost); the next step feeds the last token."""
+        if self.behind < 2:
+            return
+        ids, self.pending, self.behind = self.pending[:-1], self.pending[-1:], 0
+        t0, wall = self.stats.clock.start(), wall_clock(self.draft.device)
+        self.draft.forward(self.vocab.to_draft(ids), self.cache, 1)
+        self.stats.clock.stop(t0, self.stats, "draft_seconds", "draft_catchup_seconds")
+        self.stats.draft_forwards += 1
+        self.reads.append((len(ids), wall_clock(self.draft.device) - wall))
+
+    def drain_reads(self) -> list[tuple[int, float]]:
+        reads, self.reads = self.reads, []
+        return reads
 
     def propose(self, ctx: list[int], g: int, room: int) -> Proposal:
         """Run the draft up to g steps from `pending` -> d_1..d_g (target ids) and their draft distributions q
         (g, V_target) when sampling; with nodes > 0 a token tree g levels deep instead. The last proposal is
         never fed back: the cache ends holding pending + d_1..d_{g-1} (a tree: pending + the expanded nodes)."""
+        self._catch_up()
         if self.nodes:
             return self._propose_tree(g)
         if self.on_device:
@@ -195,6 +220,7 @@ class DraftChain:
         """Roll the draft cache back to what it saw of `kept`; the rest of kept and nxt become pending."""
         if proposal.source != "draft":  # the draft did not run: everything emitted is new to it
             self.pending = self.pending + kept + [nxt]
+            self.behind += 0 if proposal.source else len(kept) + 1  # a lookup round is lookup's own cost
             return
         if proposal.tree is not None:  # the path's expanded nodes (a prefix of it) stay, at their path positions
             rows = []

@@ -27,11 +27,11 @@ from functools import partial
 
 import torch
 
-from decode.drafting import translate
+from decode.drafting import prompt_read, translate
 from decode.drafting.parallel import ParallelDraft, mask_token
 from decode.drafting.proposers import Clock, ContextLookup, DraftChain, HeadChain, Proposal, Proposer
 from decode.drafting.sampling import SamplingParams, logits_to_probs, sample
-from decode.drafting.schedule import Memory, Schedule
+from decode.drafting.schedule import Memory, Schedule, length_bucket
 from decode.drafting.stats import Stats
 from decode.drafting.tree import keep_rows, rank_counts, verify_mask, walk_greedy, walk_sampled
 from decode.errors import UserError
@@ -182,11 +182,14 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
               generator, memory: Memory) -> tuple[list[int], Stats]:
     sampling, eos, start = options.sampling, set(eos_token_ids), time.perf_counter()
     stats = Stats(clock=Clock(target.device))
-    # the adaptive schedule resumes from the last generation's estimates for this draft and these options
+    # the adaptive schedule resumes from the last generation's estimates for this draft, these options and a prompt
+    # of about this length (costs and acceptance move with it)
     key = (options.gamma, options.tree_nodes, options.lookup, options.lookup_tokens, options.draft_weights,
            options.draft_context, sampling.greedy)
+    bucket = length_bucket(len(prompt_ids))
+    carried, nearest = memory.get(draft, key, bucket)
     sched = Schedule(options.schedule, options.gamma if draft is not None or options.lookup else 0, options.confidence,
-                     tree=options.tree_nodes > 0, carried=memory.get(draft, key))
+                     tree=options.tree_nodes > 0, carried=carried, nearest=nearest)
     # room for the longest round: 4γ drafts, or a tree's nodes (verified) and the draft's expanded nodes (at most
     # tree_nodes a level, γ - 1 levels) past the last kept token
     max_len = len(prompt_ids) + max_new_tokens + max(sched.max_gamma, options.tree_nodes * options.gamma) + 2
@@ -197,14 +200,19 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
     stats.clock.stop(t0, stats, "target_seconds", "target_prompt_seconds")
     stats.target_forwards += 1
     out = [accept([], logits, sampling, None, generator)[1]]
+    window = prompt_read.choose(options, draft, target.config, len(prompt_ids))
+    if draft is not None:
+        stats.note_window(window.source, min(window.tokens or len(prompt_ids), len(prompt_ids)))
     proposers = _proposers(target, draft, options, sched, VocabMap(vocab_map, logits.shape[-1]), prompt_ids, out[0],
-                           max_len, logits.device, generator, stats)
-    # the first token comes after both prompt forwards, the draft's too, as engines run them (vLLM prefills the
-    # draft in the target's prefill step): the rate after it is the decoding rate alone
+                           max_len, logits.device, generator, stats, window)
+    reader = next((p for p in proposers if isinstance(p, prompt_read.Deferred)), None)
+    # the first token comes after the target's prompt forward; the draft reads its window at its first drafted round
+    # (prompt_read.Deferred), so that read is in the decoding time, where it is paid only if the draft drafts
     stats.generations, stats.prefill_seconds = 1, time.perf_counter() - start
 
     done = _stop_at(out, 0, eos, stop_strings, tokenizer, max_new_tokens)
-    sched.start()  # the adaptive schedule times rounds from here
+    prior = prompt_read.read_prior(draft, target.config, stats.target_prompt_seconds, len(prompt_ids))
+    sched.start(max_new_tokens - len(out), reader.unread if reader else 0, prior)  # rounds are timed from here
     while not done:
         room = max_new_tokens - len(out) - 1  # a proposal stops short of max_new_tokens: `nxt` is the +1
         proposal = propose(proposers, prompt_ids + out, min(sched.gamma, room), room)
@@ -227,14 +235,15 @@ def _generate(target, draft, prompt_ids, max_new_tokens, options, eos_token_ids,
         for proposer in proposers:
             proposer.advance(proposal, kept, nxt)
         stats.record(g, len(kept), proposal.source == "lookup")
-        sched.update(g, len(kept))
         first_new = len(out)
         out += kept + [nxt]
         done = _stop_at(out, first_new, eos, stop_strings, tokenizer, max_new_tokens)
+        sched.update(g, len(kept), read=reader.drain() if reader else (0, 0.0), remaining=max_new_tokens - len(out),
+                     unread=reader.unread if reader else 0)
 
     stats.new_tokens, stats.seconds = len(out), time.perf_counter() - start
     stats.clock.settle()
-    memory.put(draft, key, sched)
+    memory.put(draft, key, sched, bucket)
     return out, stats
 
 
@@ -248,6 +257,7 @@ def _check_call(target, draft, max_new_tokens: int, options: DecodeOptions, stop
                             "trained for this target")
     if isinstance(draft, OtherTokenizerDraft):
         translate.check_call(draft, options)
+    prompt_read.check(draft, options)
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if stop_strings and tokenizer is None:
@@ -259,10 +269,12 @@ def _check_call(target, draft, max_new_tokens: int, options: DecodeOptions, stop
 
 
 def _proposers(target, draft, options: DecodeOptions, sched: Schedule, vocab: VocabMap, prompt_ids: list[int],
-               first: int, max_len: int, device: torch.device, generator, stats: Stats) -> list[Proposer]:
-    """Context lookup (options.lookup > 0), then the draft (when there is one), in the order they are asked."""
+               first: int, max_len: int, device: torch.device, generator, stats: Stats,
+               window: prompt_read.Window) -> list[Proposer]:
+    """Context lookup (options.lookup > 0), then the draft (when there is one), in the order they are asked. A draft
+    model is built at its first proposal over the prompt's window (prompt_read.Deferred): none reads before then."""
     proposers = []
-    seen = prompt_ids[-options.draft_context:] if options.draft_context else prompt_ids  # what a draft model reads
+    seen = prompt_ids[-window.tokens:] if window.tokens else prompt_ids  # what a draft model reads
     if options.lookup:
         proposers.append(ContextLookup(options.lookup, options.lookup_tokens, options.sampling, vocab.target_vocab,
                                        device))
@@ -270,15 +282,18 @@ def _proposers(target, draft, options: DecodeOptions, sched: Schedule, vocab: Vo
         proposers.append(HeadChain(draft, VocabMap(draft.draft_ids(), vocab.target_vocab), target, prompt_ids, first,
                                    max_len, options.sampling, sched.confidence, options.tree_nodes, generator, stats))
     elif isinstance(draft, OtherTokenizerDraft):  # its own tokenizer: proposals through the text
-        proposers.append(translate.proposer(draft, options, sched.confidence, seen, first, max_len, generator,
-                                            stats))
+        build = partial(translate.proposer, draft, options, sched.confidence, seen, max_len=max_len,
+                        generator=generator, stats=stats)
+        proposers.append(prompt_read.Deferred(lambda f: build(first=f), first, len(seen), device))
     elif draft is not None:
         draft = runner_for(draft, weights=options.draft_weights)
         on_device = isinstance(target, GraphLlama) and isinstance(draft, GraphLlama)  # the GPU path (or its CPU test)
         mask = mask_token(draft.config)  # a parallel draft: one forward a round (decode.drafting.parallel)
         kind = DraftChain if mask is None else partial(ParallelDraft, mask=mask)
-        proposers.append(kind(draft, vocab, seen, first, max_len, options.sampling, sched.confidence,
-                              options.tree_nodes, generator, stats, on_device=on_device))
+        build = partial(kind, draft, vocab, seen, max_len=max_len, sampling=options.sampling,
+                        confidence=sched.confidence, nodes=options.tree_nodes, generator=generator, stats=stats,
+                        on_device=on_device)
+        proposers.append(prompt_read.Deferred(lambda f: build(first=f), first, len(seen), device))
     return proposers
 
 

@@ -22,7 +22,8 @@ class Stats:
     target_seconds: float = 0.0
     target_prompt_seconds: float = 0.0  # of target_seconds: the target's forward over the prompt, once a call
     draft_seconds: float = 0.0
-    draft_prompt_seconds: float = 0.0  # of draft_seconds: the draft's forward over the prompt, once a call
+    draft_prompt_seconds: float = 0.0  # of draft_seconds: the draft's read of the prompt, at its first drafted round
+    draft_catchup_seconds: float = 0.0  # of draft_seconds: its reads of tokens emitted in rounds it did not draft
     seconds: float = 0.0
     generations: int = 0  # generate() calls merged here
     prefill_seconds: float = 0.0  # of `seconds`: the call to its first token (both prompt forwards, the draft's too)
@@ -38,6 +39,9 @@ class Stats:
     draft_tokens: int = 0  # draft steps behind the proposals of a draft with its own tokenizer (decode.drafting.translate)
     # "depth.rank" -> [accepted, offered]: how often the target took the draft's rank-r child at each depth
     tree_ranks: dict = field(default_factory=dict)
+    # where the draft's window of the prompt came from (decode.drafting.prompt_read): source -> [calls, fewest and most
+    # prompt tokens it read]
+    draft_window: dict = field(default_factory=dict)
     # times the phases: the wall clock unless generate() gives one for its device (CUDA events on a GPU)
     clock: Clock = field(default_factory=lambda: Clock(torch.device("cpu")), repr=False, compare=False)
 
@@ -66,12 +70,21 @@ class Stats:
             self.lookup_accepted += n
             self.lookup_full += full
 
+    def note_window(self, source: str, tokens: int) -> None:
+        """A call whose draft reads (at most) `tokens` of the prompt, its window from `source`."""
+        n, lo, hi = self.draft_window.get(source, (0, tokens, tokens))
+        self.draft_window[source] = [n + 1, min(lo, tokens), max(hi, tokens)]
+
     def __iadd__(self, other: Stats) -> Stats:
         for name in ("new_tokens", "rounds", "proposed", "accepted", "target_forwards", "draft_forwards",
-                     "target_seconds", "target_prompt_seconds", "draft_seconds", "draft_prompt_seconds", "seconds",
+                     "target_seconds", "target_prompt_seconds", "draft_seconds", "draft_prompt_seconds",
+                     "draft_catchup_seconds", "seconds",
                      "generations", "prefill_seconds", "full_rounds", "lookup_rounds", "lookup_proposed",
                      "lookup_accepted", "lookup_full", "tree_rounds", "tree_nodes", "tree_levels", "draft_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        for source, (n, lo, hi) in other.draft_window.items():
+            mine = self.draft_window.get(source)
+            self.draft_window[source] = [n, lo, hi] if mine is None else [mine[0] + n, min(mine[1], lo), max(mine[2], hi)]
         for key, (hit, offered) in other.tree_ranks.items():
             mine = self.tree_ranks.setdefault(key, [0, 0])
             mine[0], mine[1] = mine[0] + hit, mine[1] + offered
@@ -100,9 +113,12 @@ class Stats:
             "target_prompt_seconds": round(self.target_prompt_seconds, 4),
             "draft_seconds": round(self.draft_seconds, 4),
             "draft_prompt_seconds": round(self.draft_prompt_seconds, 4),
+            "draft_catchup_seconds": round(self.draft_catchup_seconds, 4),
             "accept_histogram": list(self.accept_histogram),
             "full_rounds": self.full_rounds,
             "draft_tokens": self.draft_tokens,
+            # the draft's window of the prompt: source (stored | cost model | option | none) -> calls, tokens read
+            "draft_window": {k: {"calls": n, "tokens": [lo, hi]} for k, (n, lo, hi) in self.draft_window.items()},
             "tree": {"rounds": self.tree_rounds, "nodes": self.tree_nodes, "levels": self.tree_levels, "ranks": dict(self.tree_ranks),
                      "nodes_per_pass": round(self.tree_nodes / self.tree_rounds, 3) if self.tree_rounds else 0.0},
             "lookup": {"rounds": self.lookup_rounds, "proposed": self.lookup_proposed,

@@ -150,3 +150,29 @@ def require(folder: str | Path) -> dict:
                 " (distill.train writes config.json, model.safetensors and specdistill.json into each checkpoint)")
         raise UserError(f"{folder} is not a draft checkpoint: it has no {', '.join(missing)}{hint}")
     return read_meta(folder)
+
+
+# --- the window evaluate's long check chose (decode.drafting.prompt_read)
+
+WINDOW_FIELD = "draft_context"  # specdistill.json: {"window": W, ... the measurements behind it}
+
+
+def read_window(folder: str | Path) -> int | None:
+    """The prompt window stored with a draft (its specdistill.json's draft_context.window), None without one."""
+    record = read_meta(folder).get(WINDOW_FIELD) if Path(folder, META_FILE).is_file() else None
+    window = record.get("window") if isinstance(record, dict) else None
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def store_window(folder: str | Path, record: dict) -> bool:
+    """Store the window and what it was chosen from in a draft folder's specdistill.json (written whole, then
+    renamed into place); False for a folder without one (nothing of ours to add to)."""
+    path = Path(folder) / META_FILE
+    if not path.is_file():
+        return False
+    meta = read_meta(folder)
+    meta[WINDOW_FIELD] = record
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    tmp.replace(path)
+    return True

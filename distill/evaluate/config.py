@@ -9,7 +9,7 @@ from itertools import product
 from decode.bench import BenchConfig
 from decode.errors import UserError
 from decode.models.targets import check_load_format, load_format_field
-from decode.options import MAX_GAMMA, DecodeOptions
+from decode.options import MAX_GAMMA, SCHEDULES, DecodeOptions
 
 
 @dataclass
@@ -36,14 +36,22 @@ class EvalConfig:
     draft_weights: str = field(default=DecodeOptions.draft_weights, metadata={"help": "float32 | float16 | int8: drafts run with weights "
                                                                 "stored so on CPU (decode.runners.smallgemm: a cheaper draft step)"})
     draft_context: int = field(default=DecodeOptions.draft_context, metadata={"help": "standalone drafts read only "
-                               "the prompt's last N tokens (0 = all; a cheaper draft prompt forward at long prompts)"})
+                               "the prompt's last N tokens (0 = the window chosen by cost: decode.drafting.prompt_read)"})
     long_prompts: str = field(default="", metadata={"help": "also time each design's best configuration on this long "
                               "prompt set, e.g. long-heldout (distill/evaluate/long_check.py; empty = off)"})
-    long_limit: int = field(default=3, metadata={"help": "prompts of --long-prompts, taken in turn from each category"})
+    long_limit: int = field(default=3, metadata={"help": "prompts of --long-prompts (and of --long-unfamiliar), taken "
+                            "in turn from each category"})
     screen_limit: int = field(default=0, metadata={"help": "decide on fewer prompts: each draft's plausible settings "
                               "(the γ its cost model puts near its best, every lookup and tree setting) on the first "
                               "N prompts, then only the fastest trained one again on all of them (0 = every setting "
                               "on every prompt)"})
+    long_unfamiliar: str = field(default="long-ood", metadata={"help": "with --long-prompts, also this long set from "
+                                 "sources unlike the bundled ones (distill/data/long_ood; empty = off)"})
+    long_window: bool = field(default=True, metadata={"help": "with --long-prompts, choose each standalone or parallel "
+                              "draft's window of the prompt by cost on that set and store it in its specdistill.json "
+                              "(decode/bench/window_cost.py), before timing"})
+    long_schedule: str = field(default=DecodeOptions.schedule, metadata={"help": "the schedule the long check times "
+                               "the best configurations with (the decoder's default)"})
     checkpoints: str = field(default="all", metadata={"help": "all (earlier checkpoints at the first γ only) | last"})
     # constant here, not the decoder's adaptive default: the sweep measures each design at each γ as it is (the
     # cost model predicts a constant γ)
@@ -81,6 +89,9 @@ class EvalConfig:
             DecodeOptions(gamma=g, schedule=self.schedule, lookup=n, lookup_tokens=self.lookup_tokens, tree_nodes=k,
                           draft_weights=self.draft_weights, draft_context=self.draft_context,
                           temperature=self.temperature)  # the checks live there
+        if self.long_schedule not in SCHEDULES:
+            raise UserError(f"--long-schedule must be one of {', '.join(SCHEDULES)} (the schedule the long check times "
+                            f"with), got {self.long_schedule!r}")
         check_load_format(self.load_format)
         if self.anchors == "vllm" and self.load_format == "dummy":  # vLLM reads the target folder's weights itself
             raise UserError("--load-format dummy builds the target in transformers; vLLM's anchors would serve other "
