@@ -88,6 +88,14 @@ def _cell(x, fmt="{:.3f}"):
     return fmt.format(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
 
 
+def _vllm_cell(x) -> str:
+    """vLLM's α, or why it has none: a reduced-vocabulary standalone draft is served through publish's export, which
+    the table names in a few words (report.json keeps vLLM's whole reason)."""
+    if isinstance(x, str) and x.startswith("not servable as is: a reduced-vocabulary"):
+        return "not served as is (reduced vocabulary: publish's export is)"
+    return _cell(x)
+
+
 def markdown(result: dict) -> str:
     sets = list(result["evaluations"])
     head = ["design", "trainer", "tokens", "steps", "train wall", "held-out proxy"]
@@ -106,7 +114,7 @@ def markdown(result: dict) -> str:
             m = measured.get(s) or {}
             cells += [_cell(m.get("alpha")), _cell(m.get("tau"), "{:.2f}"), _cell(m.get("speedup"), "{:.3f}×")]
         lossless = [m.get("lossless") for m in measured.values() if m]
-        cells += [_cell(all(lossless) if lossless else None), _cell(r.get("vllm_alpha"))] if sets else []
+        cells += [_cell(all(lossless) if lossless else None), _vllm_cell(r.get("vllm_alpha"))] if sets else []
         if r.get("error"):
             cells = [name, r["trainer"]] + ["—"] * (len(head) - 3) + [f"failed: {r['error']}"]
         lines.append("| " + " | ".join(cells) + " |")
