@@ -33,7 +33,7 @@ def check_run(run: Path) -> None:
     """A pipeline folder with a finished collection and a trained feature head, or one line saying what to run."""
     if not (run / "pipeline.config.json").is_file():
         raise UserError(f"--run {run}: not a pipeline folder (no pipeline.config.json); run python -m distill.pipeline "
-                        f"--config configs/pipeline/default.yaml --output {run} first")
+                        f"--config configs/pipeline/default.yaml --designs all --output {run} first")
     for part in ("collect", "heldout"):
         if not (run / part / "collect.json").is_file():
             raise UserError(f"--run {run} has no finished collection in {run / part}: rerun its pipeline command "
@@ -41,7 +41,7 @@ def check_run(run: Path) -> None:
         check_collection(run / part)
     if last(run / RUNS["feature_head"]) is None:
         raise UserError(f"--run {run} has no trained feature head ({run / RUNS['feature_head']}): rerun its pipeline with "
-                        "--designs standalone feature_head parallel")
+                        "--designs all (on a CPU its plan skips the head)")
 
 
 def drafts(run: Path) -> dict:
