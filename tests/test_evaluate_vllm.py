@@ -73,7 +73,7 @@ def test_anchor_plumbing_with_recorded_numbers(tmp_path, monkeypatch):
     recorded = json.loads(json.dumps(RECORDED).replace('"CUT"', json.dumps(cut)))
     asked = {}
 
-    def measure(req, timeout_s=None):
+    def measure(req, timeout_s=None, python=None):
         asked.update(req)
         return recorded
 
