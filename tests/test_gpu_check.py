@@ -82,9 +82,8 @@ def test_a_timed_out_step_s_whole_process_group_is_killed(tmp_path):
     # the step starts a child that would outlive it (a launcher's worker), then hangs
     code = (f"import subprocess, sys, time, pathlib; c = subprocess.Popen([sys.executable, '-c', 'import time; "
             f"time.sleep(60)']); pathlib.Path({str(pid_file)!r}).write_text(str(c.pid)); time.sleep(60)")
-    t0 = time.monotonic()
     status, _ = gpu_check.run_step("hang", [sys.executable, "-c", code], 3, tmp_path / "logs")
-    assert status == "timeout (3s)" and time.monotonic() - t0 < 20
+    assert status == "timeout (3s)"
     child = int(pid_file.read_text())
     time.sleep(0.2)
     with pytest.raises(ProcessLookupError):  # gone (reaped by init once killed)

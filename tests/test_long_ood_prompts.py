@@ -3,8 +3,6 @@ long-ood` and evaluate's long check read, so it is checked as it is (fields, len
 target, buckets), against its sources (none of them in the bundled long set) and, where this machine has the source
 files, against the build from manifest.yaml."""
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import yaml
 from decode.errors import UserError
 from decode.prompts import read_prompts
 from distill.prompts import load_prompts
+from tests.script_module import loaded
 
 DATA = Path(__file__).resolve().parents[1] / "distill" / "data"
 
@@ -21,14 +20,8 @@ DATA = Path(__file__).resolve().parents[1] / "distill" / "data"
 @pytest.fixture(scope="module")
 def blo():
     # a script next to the data file: loaded by path, as `python distill/data/long_ood/build_long_ood.py`
-    spec = importlib.util.spec_from_file_location("build_long_ood", DATA / "long_ood" / "build_long_ood.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # @dataclass looks its module up there
-    try:
-        spec.loader.exec_module(module)
+    with loaded(DATA / "long_ood" / "build_long_ood.py") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 @pytest.fixture(scope="module")

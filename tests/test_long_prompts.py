@@ -3,8 +3,6 @@ evaluation read, so they are checked as they are, without rebuilding: fields, id
 of the default target (chat template applied, as the collector encodes), the split rule and the held-out count of
 every length bucket. Where this machine has the source files, the build from manifest.yaml must equal them."""
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import yaml
 from decode.errors import UserError
 from decode.prompts import read_prompts
 from distill.prompts import load_prompts
+from tests.script_module import loaded
 
 LONG = Path(__file__).resolve().parents[1] / "distill" / "data" / "long"
 
@@ -21,14 +20,8 @@ LONG = Path(__file__).resolve().parents[1] / "distill" / "data" / "long"
 @pytest.fixture(scope="module")
 def bl():
     # build_long.py is a script next to the data files: loaded by path, as `python distill/data/long/build_long.py`
-    spec = importlib.util.spec_from_file_location("build_long", LONG / "build_long.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # @dataclass looks its module up there
-    try:
-        spec.loader.exec_module(module)
+    with loaded(LONG / "build_long.py") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 `--prompts ood` reads, so it is checked as it is (parses, validates, categories and counts), against its source
 (source.yaml builds exactly it) and against the training prompts (no near-duplicate of any train / held-out prompt)."""
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import pytest
 
 from decode.prompts import read_prompts
 from distill.prompts import load_prompts
+from tests.script_module import loaded
 
 OOD = Path(__file__).resolve().parents[1] / "distill" / "data" / "ood"
 
@@ -18,14 +17,8 @@ OOD = Path(__file__).resolve().parents[1] / "distill" / "data" / "ood"
 @pytest.fixture(scope="module")
 def bo():
     # build_ood.py is a script next to the data file: loaded by path, as `python distill/data/ood/build_ood.py`
-    spec = importlib.util.spec_from_file_location("build_ood", OOD / "build_ood.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # @dataclass looks its module up there
-    try:
-        spec.loader.exec_module(module)
+    with loaded(OOD / "build_ood.py") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,12 @@ train.jsonl / heldout.jsonl are pinned by hash: they are the files every accepta
 project was measured on, so an edit to a data file or to the builder that changes one byte fails here."""
 
 import hashlib
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from decode.errors import UserError
+from tests.script_module import loaded
 
 DATA = Path(__file__).resolve().parents[1] / "distill" / "data"
 # sha256 of the files as they were when the prompt text moved from Python lists into the YAML files (issue 50).
@@ -23,14 +22,8 @@ PINNED = {
 @pytest.fixture(scope="module")
 def bp():
     # build_prompts.py is a script next to the data files: loaded by path, as `python distill/data/build_prompts.py` runs it
-    spec = importlib.util.spec_from_file_location("build_prompts", DATA / "build_prompts.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # @dataclass looks its module up there
-    try:
-        spec.loader.exec_module(module)
+    with loaded(DATA / "build_prompts.py") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def _sha256(path: Path) -> str:

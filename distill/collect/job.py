@@ -276,7 +276,7 @@ def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int]
         budget = kv_budget.auto_budget(target.device, cfg.kv_budget_gb)
         cost = llama_steps.row_cost(target)
         plan = lambda lengths: kv_budget.plan_batches(lengths, cfg.max_new_tokens, cap, cost, budget)  # noqa: E731
-    batches = list(_batches(mine, cap, plan))
+    batches = list(kv_budget.batches(mine, cap, plan))
     if plan:  # the timed batches start warm
         warm_up(target, [r["prompt_ids"] for r in batches[0][0]], cfg.max_new_tokens, cfg.topk, eos, pad, budget)
     for batch, offset in batches:
@@ -296,19 +296,6 @@ def _collect_hf(cfg: CollectConfig, target, tok, mine: list[dict], eos: set[int]
                                      eos, pad, tuple(cfg.stop), tok, gen, budget=budget)
         emit(batch, results, time.perf_counter() - t0, kv_budget=budget, kv_peak=llama_steps.kv_peak(target),
              eager_fallbacks=len(llama_steps.eager_fallbacks(target)) - failed)
-
-
-def _batches(mine: list[dict], size: int, plan=None):
-    """(batch, its offset in `mine`): batches that never mix first and sampled answers (one temperature per
-    batch), of plan(their prompt lengths) rows each (kv_budget.plan_batches), else of `size`; the offset seeds the
-    batch's sampling."""
-    first = [r for r in mine if r["sample"] == 0]
-    for offset, group in ((0, first), (len(first), [r for r in mine if r["sample"] > 0])):
-        sizes = plan([len(r["prompt_ids"]) for r in group]) if plan else [size] * -(-len(group) // size)
-        start = 0
-        for n in sizes:
-            yield group[start: start + n], offset + start
-            start += n
 
 
 def _collect_vllm(cfg: CollectConfig, target, mine: list[dict], eos: set[int], emit) -> None:

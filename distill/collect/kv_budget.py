@@ -124,3 +124,16 @@ def auto_budget(device: torch.device, gb: float = 0.0) -> int:
 def auto_rows(device: torch.device, batch_size: int) -> int:
     """--batch-size, or AUTO_ROWS for this device where it is 0 (auto)."""
     return batch_size or AUTO_ROWS.get(device.type, AUTO_ROWS["cpu"])
+
+
+def batches(mine: list[dict], size: int, plan=None):
+    """(batch, its offset in `mine`): batches that never mix first and sampled answers (one temperature per
+    batch), of plan(their prompt lengths) rows each (plan_batches), else of `size`; the offset seeds the
+    batch's sampling."""
+    first = [r for r in mine if r["sample"] == 0]
+    for offset, group in ((0, first), (len(first), [r for r in mine if r["sample"] > 0])):
+        sizes = plan([len(r["prompt_ids"]) for r in group]) if plan else [size] * -(-len(group) // size)
+        start = 0
+        for n in sizes:
+            yield group[start: start + n], offset + start
+            start += n
