@@ -248,3 +248,15 @@ def test_probes_cost_at_most_their_share_of_the_time():
             sched.update(g, n, read=read, remaining=left, unread=unread)
         carried = sched.adaptive
     assert 0 < lost <= 1.5 * PROBE_SHARE * (world.now - start_time), (lost, world.now - start_time)
+
+
+def test_the_drafts_first_read_and_its_short_catch_ups_do_not_price_the_next_prompts_read():
+    """The draft's first read carries its set-up (0.25 s for 51 tokens), catch-ups of a few tokens cost a forward
+    each: neither may make a 50-token prompt's read look dear once warm reads cost ~3 ms, or drafting never starts."""
+    a = Schedule("adaptive", 2, clock=lambda: 0.0).adaptive
+    a.record(2, 1, 2, read=(51, 0.25))  # cold
+    for _ in range(20):
+        a.record(2, 1, 2, read=(3, 0.003))  # a catch-up of 3 tokens: one forward
+        a.record(2, 1, 2, read=(50, 0.003))  # a warm prompt read
+    a.unread = 50
+    assert a.read_cost() < 0.006, a.read_cost()

@@ -19,8 +19,9 @@ arm's rate is its own emitted tokens a round over t_g.
 
 The draft's one-off reads are not in t_g: its forward over the prompt's window, deferred to the first round that
 drafts (decode.drafting.prompt_read), and its catch-up over tokens emitted in rounds it did not draft. They cost
-S = ρ · (tokens it has not read), ρ its measured seconds a read token (before any read: a prior from the target's
-own prompt forward, decode.drafting.prompt_read.read_prior), and are paid once, so drafting must win them back
+S = ρ · (tokens it has not read), ρ its measured seconds a read token (reads of READ_SAMPLE tokens or more, weighted
+by their tokens, the draft's first read left out as set-up; before any: a prior from the target's own prompt forward,
+decode.drafting.prompt_read.read_prior), and are paid once, so drafting must win them back
 over the tokens left to generate (R):
     start drafting   when   R (t_0 - t_g / τ) > S   with the gain's lower bound (one standard error)
     keep drafting    while  rate(g) / rate(0) is not below 1 by more than one standard error
@@ -56,6 +57,7 @@ Z = 1.0  # standard errors of the gain that starting (or stopping) drafting must
 EVIDENCE = 8.0  # α̂'s (decayed) counts below which drafting is tried whatever the estimate says (adaptive)
 INHERIT = 0.5  # weight of another length's α̂ counts for a length met for the first time (adaptive)
 LENGTHS = (512, 2048, 4096, 8192)  # prompt-length buckets the estimates are kept by (tokens)
+READ_SAMPLE = 16  # reads of fewer tokens do not time ρ: a read's fixed cost (one draft forward) dominates them
 
 
 def tau(alpha: float, g: int) -> float:
@@ -147,7 +149,9 @@ class Adaptive:
         self.best, self.drafting, self.asked = gamma, True, gamma
         self.rounds, self.turn, self.last_probe = 0, 0, 0
         self.budget = 0.0  # seconds probes may still cost
-        self.rho: float | None = None  # seconds a token of the draft's reads (prompt, catch-up)
+        self.rho: float | None = None  # seconds a token of the draft's reads (prompt, catch-up): read_s / read_n
+        self.read_s = self.read_n = 0.0  # decayed sums of the timed reads' seconds and tokens
+        self.warm = False  # whether the draft's first read (its set-up: allocation, kernels) has passed untimed
         self.ratios: dict[int, Arm] | None = None  # inherited arm times over t_0, until t_0 is timed here
         self.remaining, self.unread, self.rho_prior, self.mark = math.inf, 0, None, None
 
@@ -174,7 +178,8 @@ class Adaptive:
         self.times = {g: arm.scaled(1.0) for g, arm in last.times.items()}
         self.emitted = dict(last.emitted)
         self.accepted, self.rejected = last.accepted, last.rejected
-        self.best, self.drafting, self.budget, self.rho = last.best, last.drafting, last.budget, last.rho
+        self.best, self.drafting, self.budget = last.best, last.drafting, last.budget
+        self.rho, self.read_s, self.read_n, self.warm = last.rho, last.read_s, last.read_n, last.warm
         self.asked = self.best if self.drafting else 0
 
     def inherit(self, other: Adaptive) -> None:
@@ -182,7 +187,8 @@ class Adaptive:
         times relative to its t_0 (made seconds once this length's t_0 is timed: the first round is the target
         alone's)."""
         self.accepted, self.rejected = INHERIT * other.accepted, INHERIT * other.rejected
-        self.emitted, self.best, self.drafting, self.rho = dict(other.emitted), other.best, other.drafting, other.rho
+        self.emitted, self.best, self.drafting = dict(other.emitted), other.best, other.drafting
+        self.rho, self.read_s, self.read_n, self.warm = other.rho, other.read_s, other.read_n, other.warm
         t0 = other.times.get(0)
         if t0 is not None:
             self.ratios = {g: arm.scaled(1 / t0.seconds) for g, arm in other.times.items() if g}
@@ -233,9 +239,8 @@ class Adaptive:
         now = self.clock()
         wall, self.mark = (now - self.mark if self.mark is not None else None), now
         read_tokens, read_seconds = read
-        if read_tokens and read_seconds > 0:  # ρ: reads of a few tokens cost more a token; the prompt's dominate
-            sample = read_seconds / read_tokens
-            self.rho = sample if self.rho is None else DECAY * self.rho + (1 - DECAY) * sample
+        if read_tokens >= READ_SAMPLE and read_seconds > 0:
+            self._time_read(read_tokens, read_seconds)
         g = self.asked if self.tree else proposed  # a chain cut short by `room` or the dynamic stop counts as such
         if wall is not None and wall > 0:
             self.budget += PROBE_SHARE * wall
@@ -257,6 +262,18 @@ class Adaptive:
         self.remaining, self.unread = remaining, unread
         self.rounds += 1
         self._choose()
+
+    def _time_read(self, tokens: int, seconds: float) -> None:
+        """ρ from the reads timed so far, weighted by their tokens (the prompt's read dominates the catch-ups). The
+        draft's first read is left out: it carries one-off set-up that priced every later prompt's read 50-100x too
+        dear (0.25 s for 51 tokens, against ~3 ms a prompt once warm), and a read it stops drafting for is never
+        timed again."""
+        if not self.warm:
+            self.warm = True
+            return
+        self.read_s = DECAY * self.read_s + seconds
+        self.read_n = DECAY * self.read_n + tokens
+        self.rho = self.read_s / self.read_n
 
     def _choose(self) -> None:
         """self.asked for the next round: the target alone until its time anchors the others, else the best arm
