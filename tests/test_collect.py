@@ -843,3 +843,15 @@ def test_samples_resume_exactly_once_and_split_by_prompt(tmp_path, base, target_
 def test_bad_samples_are_refused(kw, message):
     with pytest.raises(UserError, match=re.escape(message)):
         CollectConfig(**kw)
+
+
+def test_collect_bench_times_the_steps_matmuls_alone(tiny_llama):
+    """gemm_ceiling: every linear layer once at the batch's rows: 2 x their weights' elements a token, and the
+    tokens/s those matmuls alone would allow (a rate, so only its sign is checked)."""
+    from distill.collect.bench import gemm_ceiling
+
+    model = tiny_llama(0)
+    g = gemm_ceiling(model, 8, reps=1)
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert g["rows"] == 8 and g["gflop_per_token"] == round(2 * weights / 1e9, 3)
+    assert g["tokens_per_s"] > 0 and g["gemm_gflop_per_s"] > 0

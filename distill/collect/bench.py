@@ -6,7 +6,9 @@
 
 Same prompts, same process, after a warm-up: (a) HF `generate` per prompt (greedy, no logprobs stored),
 (b) the full `distill.collect` run (batched, top-k logprobs computed and written to shards). Prints both
-tokens/s, the ratio, and storage per token; the JSON result is the last stdout line.
+tokens/s, the ratio, and storage per token; the JSON result is the last stdout line. Then the step's matmuls alone
+(gemm_ceiling): every linear layer of the target once at the batch's rows, timed here, so the tokens/s a step made of
+nothing but them would reach stands beside the collection's, and the gap shows at a glance.
 With --engine vllm: (a) `distill.collect --engine hf` after a warm-up collection of 2 prompts, (b) `--engine vllm`
 (vLLM warms itself up when its engine starts); tokens/s over the generation time the shards record (engine and
 model loading excluded, their wall times reported), and whether the stored top-k agree (compare()).
@@ -22,12 +24,13 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 from decode import cli
 from decode.errors import UserError
 from decode.models.targets import load_target
 from decode.prompts import encode_prompt
-from distill.collect import CollectConfig, run
+from distill.collect import CollectConfig, kv_budget, run
 from distill.prompts import load_prompts
 
 
@@ -84,12 +87,41 @@ def bench_hf(a: CollectBenchConfig) -> dict:
     print(f"target.generate one at a time: {result['hf_generate_one_at_a_time']['tokens_per_s']} tokens/s; "
           f"collect (batched, top-{a.topk} stored): {col['tokens_per_s']} tokens/s; "
           f"ratio {result['ratio']}x; {col['bytes_per_token']} bytes/token")
+    g = result["gemm"] = gemm_ceiling(target, min(len(rows), kv_budget.auto_rows(target.device, a.batch_size)))
+    print(f"the step's matmuls alone at {g['rows']} rows: {g['gflop_per_token']} GFLOP a token at "
+          f"{g['gemm_gflop_per_s']} GFLOP/s here = {g['tokens_per_s']} tokens/s; collect reaches "
+          f"{col['tokens_per_s'] / g['tokens_per_s']:.0%} of that")
     if a.samples > 1:  # (c)
         many = result[f"collect_samples_{a.samples}"] = timed_collect(a, samples=a.samples)
         result["samples_ratio"] = round(many["tokens_per_s"] / col["tokens_per_s"], 2)
         print(f"collect --samples {a.samples} (T {a.sample_temperature}): {many['rows']} answers, {many['tokens']} "
               f"tokens, {many['tokens_per_s']} tokens/s; {result['samples_ratio']}x the tokens/s of one answer each")
     return result
+
+
+@torch.inference_mode()
+def gemm_ceiling(model, rows: int, reps: int = 3) -> dict:
+    """A collection step's matmuls alone: every nn.Linear of the target (its head included) once on `rows` random
+    rows, after a warm-up -> {rows, GFLOP a token, the GEMM rate here (GFLOP/s), the tokens/s a step made of nothing
+    else would reach}. The target's own weights and dtype, unfused (q, k, v apart), so a lower bound on the rate."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    xs = {n: torch.randn(rows, n, dtype=model.dtype, device=model.device) for n in {m.in_features for m in linears}}
+
+    def step():
+        for m in linears:
+            F.linear(xs[m.in_features], m.weight)
+
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        step()
+    sync()
+    seconds = (time.perf_counter() - t0) / reps
+    flop = 2 * sum(m.weight.numel() for m in linears)  # a token
+    return {"rows": rows, "gflop_per_token": round(flop / 1e9, 3), "gemm_gflop_per_s": round(flop * rows / seconds / 1e9, 1),
+            "tokens_per_s": round(rows / seconds, 1)}
 
 
 def timed_collect(a: CollectBenchConfig, samples: int) -> dict:
