@@ -12,10 +12,8 @@ H100, ~5% of what streaming its weights allows (docs/results.md). Here:
            aligns the rows, so one column for all), attending to columns valid_from[b]..slot; then
            Outputs.record on the device (greedy, or an exponential race drawn from the steps' own generator).
            Nothing reads a host value, so on CUDA a step is captured once per (width, sampling) and replayed
-  width    attention reads the live columns only, not the whole buffer: on CUDA the first live_width(slot + 1)
-           (decode.runners.graphs: a power of two, at most the capacity; one graph a width), so a step reads at most
-           twice the live cache; on the CPU exactly slot + 1 (no graph to reuse: the columns past the slot are masked
-           out, so they only cost time: 17% of a step at batch 64 was attention over the whole buffer)
+  width    on CUDA attention reads the first live_width(slot + 1) columns (decode.runners.graphs: a power of two, at
+           most the capacity), so a step reads at most twice the live cache, not the whole buffer; one graph a width
   body     on CUDA (step_ops): RMSNorm as F.rms_norm, RoPE over q and k together as one flip and one addcmul, the
            o and down projections' residual as addmm's C. The CPU keeps the decoder's layer code (its outputs as
            before). Per layer at the tiny shape, aten ops a step: docs/data-engine.md
@@ -224,9 +222,9 @@ class LlamaSteps:
         return r.head(norm(h, r.norm))  # (B, V)
 
     def width(self) -> int:
-        """Columns the next step attends over: on CUDA the live width of the step's position (a graph a width:
-        decode.runners.graphs.live_width), on the CPU exactly the columns up to the step's own."""
-        return live_width(self.end + 1, self.capacity) if self.fused else self.end + 1
+        """Columns the next step attends over: all of them on the CPU (its results as before), else the live
+        width of the step's position (decode.runners.graphs.live_width)."""
+        return live_width(self.end + 1, self.capacity) if self.fused else self.capacity + SCRATCH
 
     def _step(self, sampling: SamplingParams, width: int) -> None:
         self.out.record(self.forward(self.out.next, width), sampling, self.gen)
