@@ -846,12 +846,17 @@ def test_bad_samples_are_refused(kw, message):
 
 
 def test_collect_bench_times_the_steps_matmuls_alone(tiny_llama):
-    """gemm_ceiling: every linear layer once at the batch's rows: 2 x their weights' elements a token, and the
-    tokens/s those matmuls alone would allow (a rate, so only its sign is checked)."""
+    """gemm_ceiling: every linear layer once at the batch's rows: 2 x their weights' elements an answer token, the
+    head left out for prompt tokens; the answer tokens/s those matmuls alone would allow falls as prompts grow."""
     from distill.collect.bench import gemm_ceiling
 
     model = tiny_llama(0)
-    g = gemm_ceiling(model, 8, reps=1)
+    g = gemm_ceiling(model, 8, 0, 100, reps=1)
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     assert g["rows"] == 8 and g["gflop_per_token"] == round(2 * weights / 1e9, 3)
     assert g["tokens_per_s"] > 0 and g["gemm_gflop_per_s"] > 0
+    body = 2 * (weights - model.lm_head.weight.numel())
+    with_prompts = gemm_ceiling(model, 8, 1000, 100, reps=1)
+    assert with_prompts["prompt_tokens"] == 1000
+    expected = 100 / ((1000 * body + 100 * 2 * weights) / (with_prompts["gemm_gflop_per_s"] * 1e9))
+    assert with_prompts["tokens_per_s"] == pytest.approx(expected, rel=0.01)

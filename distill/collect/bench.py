@@ -87,10 +87,11 @@ def bench_hf(a: CollectBenchConfig) -> dict:
     print(f"target.generate one at a time: {result['hf_generate_one_at_a_time']['tokens_per_s']} tokens/s; "
           f"collect (batched, top-{a.topk} stored): {col['tokens_per_s']} tokens/s; "
           f"ratio {result['ratio']}x; {col['bytes_per_token']} bytes/token")
-    g = result["gemm"] = gemm_ceiling(target, min(len(rows), kv_budget.auto_rows(target.device, a.batch_size)))
-    print(f"the step's matmuls alone at {g['rows']} rows: {g['gflop_per_token']} GFLOP a token at "
-          f"{g['gemm_gflop_per_s']} GFLOP/s here = {g['tokens_per_s']} tokens/s; collect reaches "
-          f"{col['tokens_per_s'] / g['tokens_per_s']:.0%} of that")
+    g = result["gemm"] = gemm_ceiling(target, min(len(rows), kv_budget.auto_rows(target.device, a.batch_size)),
+                                      sum(map(len, encoded)), col["tokens"])
+    print(f"the step's matmuls alone at {g['rows']} rows: {g['gemm_gflop_per_s']} GFLOP/s here; the prompts' "
+          f"({g['prompt_tokens']} tokens) and answers' matmuls at that rate allow {g['tokens_per_s']} tokens/s; "
+          f"collect reaches {col['tokens_per_s'] / g['tokens_per_s']:.0%} of that")
     if a.samples > 1:  # (c)
         many = result[f"collect_samples_{a.samples}"] = timed_collect(a, samples=a.samples)
         result["samples_ratio"] = round(many["tokens_per_s"] / col["tokens_per_s"], 2)
@@ -100,18 +101,20 @@ def bench_hf(a: CollectBenchConfig) -> dict:
 
 
 @torch.inference_mode()
-def gemm_ceiling(model, rows: int, reps: int = 3) -> dict:
-    """A collection step's matmuls alone: every nn.Linear of the target (its head included) once on `rows` random
-    rows, after a warm-up -> {rows, GFLOP a token, the GEMM rate here (GFLOP/s), the tokens/s a step made of nothing
-    else would reach}. The target's own weights and dtype, unfused (q, k, v apart), so a lower bound on the rate."""
+def gemm_ceiling(model, rows: int, prompt_tokens: int, answer_tokens: int, reps: int = 3) -> dict:
+    """A collection's matmuls alone: every nn.Linear of the target once on `rows` random rows, timed after a
+    warm-up (the target's own weights and dtype, unfused: a lower bound on the rate), then what the prompts' forward
+    (every linear but the head) and the answers' steps (all of them) cost at that rate -> {rows, GFLOP an answer
+    token, GEMM GFLOP/s here, prompt_tokens, the answer tokens/s a collection made of nothing else would reach}."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    head = model.get_output_embeddings()
     xs = {n: torch.randn(rows, n, dtype=model.dtype, device=model.device) for n in {m.in_features for m in linears}}
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
 
     def step():
         for m in linears:
             F.linear(xs[m.in_features], m.weight)
 
-    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     step()
     sync()
     t0 = time.perf_counter()
@@ -119,9 +122,12 @@ def gemm_ceiling(model, rows: int, reps: int = 3) -> dict:
         step()
     sync()
     seconds = (time.perf_counter() - t0) / reps
-    flop = 2 * sum(m.weight.numel() for m in linears)  # a token
-    return {"rows": rows, "gflop_per_token": round(flop / 1e9, 3), "gemm_gflop_per_s": round(flop * rows / seconds / 1e9, 1),
-            "tokens_per_s": round(rows / seconds, 1)}
+    flop = 2 * sum(m.weight.numel() for m in linears)  # an answer token
+    rate = flop * rows / seconds
+    body = flop - 2 * (head.weight.numel() if head in linears else 0)  # a prompt token: the head runs on its last only
+    total = (prompt_tokens * body + answer_tokens * flop) / rate
+    return {"rows": rows, "gflop_per_token": round(flop / 1e9, 3), "gemm_gflop_per_s": round(rate / 1e9, 1),
+            "prompt_tokens": prompt_tokens, "tokens_per_s": round(answer_tokens / total, 1) if total else 0.0}
 
 
 def timed_collect(a: CollectBenchConfig, samples: int) -> dict:
