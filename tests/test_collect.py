@@ -859,4 +859,4 @@ def test_collect_bench_times_the_steps_matmuls_alone(tiny_llama):
     with_prompts = gemm_ceiling(model, 8, 1000, 100, reps=1)
     assert with_prompts["prompt_tokens"] == 1000
     expected = 100 / ((1000 * body + 100 * 2 * weights) / (with_prompts["gemm_gflop_per_s"] * 1e9))
-    assert with_prompts["tokens_per_s"] == pytest.approx(expected, rel=0.01)
+    assert with_prompts["tokens_per_s"] == pytest.approx(expected, rel=0.05)  # from the rate rounded to 0.1 GFLOP/s
