@@ -179,7 +179,7 @@ class Adaptive:
         self.emitted = dict(last.emitted)
         self.accepted, self.rejected = last.accepted, last.rejected
         self.best, self.drafting, self.budget = last.best, last.drafting, last.budget
-        self.rho, self.read_s, self.read_n, self.warm = last.rho, last.read_s, last.read_n, last.warm
+        self._take_reads(last)
         self.asked = self.best if self.drafting else 0
 
     def inherit(self, other: Adaptive) -> None:
@@ -188,10 +188,14 @@ class Adaptive:
         alone's)."""
         self.accepted, self.rejected = INHERIT * other.accepted, INHERIT * other.rejected
         self.emitted, self.best, self.drafting = dict(other.emitted), other.best, other.drafting
-        self.rho, self.read_s, self.read_n, self.warm = other.rho, other.read_s, other.read_n, other.warm
+        self._take_reads(other)
         t0 = other.times.get(0)
         if t0 is not None:
             self.ratios = {g: arm.scaled(1 / t0.seconds) for g, arm in other.times.items() if g}
+
+    def _take_reads(self, other: Adaptive) -> None:
+        """The read cost another generation measured with this draft (ρ, its sums, whether the set-up read passed)."""
+        self.rho, self.read_s, self.read_n, self.warm = other.rho, other.read_s, other.read_n, other.warm
 
     def rate(self, g: int) -> float | None:
         """Expected tokens a second of arm g: from its own round time, or for a chain arm not run yet from the line

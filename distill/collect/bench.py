@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from decode import cli
+from decode.drafting.prompt_read import wall_clock
 from decode.errors import UserError
 from decode.models.targets import load_target
 from decode.prompts import encode_prompt
@@ -109,19 +110,16 @@ def gemm_ceiling(model, rows: int, prompt_tokens: int, answer_tokens: int, reps:
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     head = model.get_output_embeddings()
     xs = {n: torch.randn(rows, n, dtype=model.dtype, device=model.device) for n in {m.in_features for m in linears}}
-    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
 
     def step():
         for m in linears:
             F.linear(xs[m.in_features], m.weight)
 
     step()
-    sync()
-    t0 = time.perf_counter()
+    t0 = wall_clock(model.device)
     for _ in range(reps):
         step()
-    sync()
-    seconds = (time.perf_counter() - t0) / reps
+    seconds = (wall_clock(model.device) - t0) / reps
     flop = 2 * sum(m.weight.numel() for m in linears)  # an answer token
     rate = flop * rows / seconds
     body = flop - 2 * (head.weight.numel() if head in linears else 0)  # a prompt token: the head runs on its last only
