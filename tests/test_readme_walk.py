@@ -47,9 +47,9 @@ SHRINK = {
     "python -m decode.bench": ["--limit", "1", "--max-new-tokens", "8"],
     "python -m distill.train.copy_probe": ["--rows", "8", "--spans", "4"],
 }
-# The shrunk pipeline's last checkpoint is step 4 where the README's full run shows step 550; "a local HF
+# The shrunk pipeline's last checkpoint is step 4 where the README's full run shows step 300; "a local HF
 # folder" is the default target's converted copy.
-SUBSTITUTE = {"checkpoint-000550": "checkpoint-000004", "checkpoint-000400": "checkpoint-000004",
+SUBSTITUTE = {"checkpoint-000300": "checkpoint-000004", "checkpoint-000200": "checkpoint-000004",
               "/path/to/hf/folder": "{default_target_folder}"}
 NOT_RUN = ("bash scripts/setup.sh", "bash scripts/test.sh")
 

@@ -16,19 +16,22 @@ from decode.options import DecodeOptions
 
 def hf_generate(target, ids: list[int], n: int, sampling: SamplingParams, seed: int, eos: tuple[int, ...], draft=None,
                 cfg: DecodeOptions | None = None, static: bool = False, tokenizers=None,
-                timings: dict | None = None) -> tuple[list[int], float]:
+                timings: dict | None = None, lookup: int = 0) -> tuple[list[int], float]:
     """transformers' plain `generate` (draft None), or its assisted generation at cfg's γ and schedule, on a fresh
     copy of the assistant's generation config before every call (decode.models.draft_folder.assistant_config says why):
     (at most n new tokens, seconds). static: a static KV cache, which on a GPU makes transformers compile its
     decoding step (torch.compile, CUDA graphs): the strongest `generate` a user sets up with one argument.
     tokenizers: (target's, draft's) for a draft with its own tokenizer: universal assisted generation (greedy: the
     draft's text re-tokenized; sampling: UAG-TLI over the vocabularies' intersection, on a copy of the draft).
-    timings: a dict that gets "first_token_s", the seconds to the first new token (plain generate only)."""
+    timings: a dict that gets "first_token_s", the seconds to the first new token (plain generate only).
+    lookup: transformers' prompt-lookup decoding with that many tokens a round (draft None)."""
     kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=n,
                   # stop where our decoder stops (none at all: transformers fails on an empty list)
                   eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else None)
     if static:
         kwargs["cache_implementation"] = "static"
+    if lookup and draft is None:
+        kwargs["prompt_lookup_num_tokens"] = lookup
     if draft is not None:
         if tokenizers is not None:
             kwargs.update(tokenizer=tokenizers[0], assistant_tokenizer=tokenizers[1])

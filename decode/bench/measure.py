@@ -41,10 +41,15 @@ def measure_pair(target, tok, draft, rows: list[dict], encoded: list[list[int]],
     return measure_many(target, tok, [(draft, cfg, hf_assisted)], rows, encoded, log)[0]
 
 
-def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list[list[int]], log=None) -> list[dict]:
+def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list[list[int]], log=None,
+                 hf_lookup: int = 0, warm_up: bool = True) -> list[dict]:
     """Several (draft, BenchConfig, hf_assisted) runs against ONE target-alone baseline: per prompt the target
     alone decodes once, then every run decodes the same prompt, so all ratios share the same baseline and
-    machine noise; returns one result dict (docs/architecture.md) per run. The runs differ in draft, γ and schedule only."""
+    machine noise; returns one result dict (docs/architecture.md) per run. The runs differ in draft, γ and schedule only.
+    hf_lookup: transformers' prompt-lookup decoding with that many tokens a round too, per prompt beside its plain
+    generate (each entry's `hf_prompt_lookup`), so that anchor shares the loop and generate's timing.
+    warm_up False: no untimed pass first, for runs a measurement in this process has already warmed up (on long
+    prompts that pass costs as much as a timed prompt)."""
     first = runs[0][1]
     sampling = first.sampling
     _check_shared(runs)
@@ -58,14 +63,18 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     # transformers' plain generate: the anchor row, and what its assisted generation is compared with; on a GPU
     # also its static-cache compiled generate, warmed up on every prompt first (one compile and CUDA graph per
     # cache size, none of it timed)
-    hf_anchor = any(hf for _, _, hf in runs)
-    hf_static = hf_anchor and target.device.type == "cuda" and getattr(first, "hf_static", False)
+    hf_anchor = any(hf for _, _, hf in runs) or hf_lookup > 0
+    hf_static = hf_anchor and warm_up and target.device.type == "cuda" and getattr(first, "hf_static", False)
     # the plain generate anchor also counts its calls and seconds to each first token (the rate after it)
     hf_gen = {"tokens": 0, "seconds": 0.0, "calls": 0, "first_seconds": 0.0}
     hf_gen_static = {"tokens": 0, "seconds": 0.0}
+    hf_pld = {"tokens": 0, "seconds": 0.0, "same": 0}
 
     # --- warm-up: every path once, not timed
-    static_failed = _warm_up(target, ours, runs, do_hf, encoded, sampling, eos, hf_anchor, hf_static)
+    static_failed = _warm_up(target, ours, runs, do_hf, encoded, sampling, eos, hf_anchor, hf_static) \
+        if warm_up else None
+    if hf_lookup and warm_up:
+        hf_generate(target, encoded[0], first.max_new_tokens, sampling, 0, eos, lookup=hf_lookup)
     hf_static = hf_static and static_failed is None
 
     # --- the lossless rule for this target (decode.drafting.lossless): exact in float32; in bf16/fp16 near-ties within ε
@@ -97,6 +106,10 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
             hf_gen["calls"] += 1
             hf_gen["first_seconds"] += timings.get("first_token_s", secs)
             hf_gen["same"] = hf_gen.get("same", 0) + (ref_hf == ref)  # the two decoders' target alone agree
+        if hf_lookup:
+            y, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, lookup=hf_lookup)
+            hf_pld.update(tokens=hf_pld["tokens"] + len(y), seconds=hf_pld["seconds"] + secs,
+                          same=hf_pld["same"] + (y == ref_hf))
         if hf_static:
             y, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, static=True)
             hf_gen_static["tokens"] += len(y)
@@ -109,7 +122,9 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     b = base.as_dict()
     hf_rows = {"hf_generate": {**_row(hf_gen), "outputs_matching_ours": hf_gen.get("same", 0)} if hf_anchor else None,
                "hf_generate_static": _row(hf_gen_static) if hf_static else
-               {"skipped": static_failed} if static_failed else None}
+               {"skipped": static_failed} if static_failed else None,
+               "hf_prompt_lookup": {**_row(hf_pld), "gamma": hf_lookup, "outputs_matching_hf_generate": hf_pld["same"]}
+               if hf_lookup else None}
     out = [result_entry(cfg, draft_kind(draft), device, target, len(rows), b, base_cat, a, (hf_on, why), lat,
                         sampling.greedy, hf_rows)
            for (draft, cfg, _), hf_on, why, a, lat in zip(runs, do_hf, hf_skip, acc,

@@ -57,6 +57,7 @@ def result_entry(cfg: BenchConfig, kind: str | None, device: str, target, n_prom
         "baseline": {k: b[k] for k in ("tokens", "seconds", "tokens_per_s", "prefill_seconds", "decode_tokens_per_s")},
         "hf_generate": hf_rows.get("hf_generate"),  # transformers' target alone: the anchor, hf_assisted's reference
         "hf_generate_static": hf_rows.get("hf_generate_static"),  # the same with a static cache, compiled (GPU only)
+        "hf_prompt_lookup": hf_rows.get("hf_prompt_lookup"),  # transformers' prompt-lookup decoding (evaluate's anchor)
         "speculative": s,
         "hf_assisted": (
             {"tokens": hf["tokens"], "seconds": round(hf["seconds"], 4), "tokens_per_s": hf_rate,

@@ -27,11 +27,8 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
-
-import torch
 
 from decode import cli
 from decode.bench import encode_all, measure_many
@@ -57,30 +54,16 @@ from distill.prompts import load_prompts
 from distill.train import checkpoints
 
 
-def prompt_lookup(target, tok, rows, encoded, cfg: EvalConfig, gamma: int) -> dict:
-    """transformers' prompt-lookup decoding against the target alone (both HF generate), interleaved."""
-    eos = eos_ids(target, tok)
-    base = pld = 0.0
-    tokens_b = tokens_p = same = 0
-
-    def hf(ids, **kw):
-        x = torch.tensor([ids], device=target.device)
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            y = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=cfg.max_new_tokens, do_sample=False,
-                                eos_token_id=list(eos), **kw)
-        return y[0, len(ids):].tolist(), time.perf_counter() - t0
-
-    hf(encoded[0])
-    hf(encoded[0], prompt_lookup_num_tokens=gamma)
-    for ids in encoded:
-        a, ta = hf(ids)
-        b, tb = hf(ids, prompt_lookup_num_tokens=gamma)
-        base, pld, tokens_b, tokens_p, same = base + ta, pld + tb, tokens_b + len(a), tokens_p + len(b), same + (a == b)
-    return {"method": "transformers prompt_lookup_num_tokens", "gamma": gamma,
-            "hf_target_alone_tokens_per_s": round(tokens_b / base, 3), "tokens_per_s": round(tokens_p / pld, 3),
-            "speedup_vs_hf_target_alone": round((tokens_p / pld) / (tokens_b / base), 4),
-            "outputs_matching_target": same, "prompts": len(encoded)}
+def prompt_lookup(entry: dict) -> dict | None:
+    """transformers' prompt-lookup decoding against its plain generate (the anchor), from the screen's loop
+    (decode.bench.measure_many's hf_lookup: both per prompt, beside every draft); None where it did not run."""
+    pld, base = entry.get("hf_prompt_lookup"), entry.get("hf_generate")
+    if not pld or not base or not pld["seconds"] or not base["tokens_per_s"]:
+        return None
+    return {"method": "transformers prompt_lookup_num_tokens", "gamma": pld["gamma"],
+            "hf_target_alone_tokens_per_s": base["tokens_per_s"], "tokens_per_s": pld["tokens_per_s"],
+            "speedup_vs_hf_target_alone": round(pld["tokens_per_s"] / base["tokens_per_s"], 4),
+            "outputs_matching_target": pld["outputs_matching_hf_generate"], "prompts": entry["prompts"]}
 
 
 def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = None) -> dict:
@@ -111,8 +94,9 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
             f"{x['draft']}: {x['error']}" for x in errors))
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     names = draft_names(todo)
-    entries = [_entry(e, labels[i], names, cfg) for i, e in
-               enumerate(measure_many(target, tok, runs, rows[:screen], encoded[:screen], log=progress))]
+    pld = max(cfg.gammas()) if cfg.hf_anchors() else 0  # transformers' prompt lookup, in the same loop
+    entries = [_entry(e, labels[i], names, cfg) for i, e in enumerate(
+        measure_many(target, tok, runs, rows[:screen], encoded[:screen], log=progress, hf_lookup=pld))]
     top = winner(entries)
     confirmed = confirm(target, tok, runs[top], entries[top], rows, encoded, progress) if screen < len(rows) else None
     if confirmed is not None:  # a row of its own beside the screen's: the one report.best() takes
@@ -122,8 +106,8 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     del runs  # the long check: the draft that ships, alone
 
     anchors = {}
-    if cfg.hf_anchors():  # on the prompts every setting ran on
-        anchors["prompt_lookup"] = prompt_lookup(target, tok, rows[:screen], encoded[:screen], cfg, max(cfg.gammas()))
+    if pld and (pl := prompt_lookup(entries[0])):  # on the prompts every setting ran on
+        anchors["prompt_lookup"] = pl
     if cfg.anchors == "vllm":
         anchors["vllm"] = vllm_anchors.anchor(cfg.target, vllm_drafts(cfg, todo, errors), entries, encoded,
                                               gamma=max(cfg.gammas()), max_new_tokens=cfg.max_new_tokens,
@@ -171,7 +155,7 @@ def confirm(target, tok, run: tuple, screened: dict, rows: list[dict], encoded: 
     draft, bcfg, _ = run
     print(f"confirming {screened['label']} (γ={bcfg.gamma}, {screened['speedup']}x on {screened['prompts']} prompts) "
           f"on all {len(rows)} prompts", file=sys.stderr, flush=True)
-    e = measure_many(target, tok, [(draft, bcfg, False)], rows, encoded, log=log)[0]
+    e = measure_many(target, tok, [(draft, bcfg, False)], rows, encoded, log=log, warm_up=False)[0]  # warmed: the screen
     e["screen"] = {"prompts": screened["prompts"], "winner": screened["label"], "speedup": screened["speedup"],
                    "acceptance_rate": screened["speculative"]["acceptance_rate"], "tau": screened["speculative"]["tau"]}
     return e

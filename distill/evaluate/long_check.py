@@ -79,7 +79,10 @@ def _fit(cfg, spec: str, target, tok, notes: list[str]) -> tuple[list[dict], lis
 def _timed(spec: str, target, tok, again: list[tuple], short: list[dict], rows, encoded) -> dict:
     print(f"long check: {len(again)} drafts on {len(rows)} prompts of {spec} "
           f"({min(map(len, encoded))}-{max(map(len, encoded))} tokens)", file=sys.stderr, flush=True)
-    results = measure_many(target, tok, again, rows, encoded, log=lambda m: print(m, file=sys.stderr, flush=True))
+    # no warm-up pass: the main measurement warmed these drafts and the target up in this process, and on these
+    # prompts that pass would cost as much as a timed one
+    results = measure_many(target, tok, again, rows, encoded, log=lambda m: print(m, file=sys.stderr, flush=True),
+                           warm_up=False)
     return {"prompt_set": spec, "prompts": len(rows), "schedule": again[0][1].schedule,
             "buckets": list(results[0]["per_context"]), "entries": [_row(e, r) for e, r in zip(short, results)]}
 
