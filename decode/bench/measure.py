@@ -71,10 +71,8 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
     hf_pld = {"tokens": 0, "seconds": 0.0, "same": 0}
 
     # --- warm-up: every path once, not timed
-    static_failed = _warm_up(target, ours, runs, do_hf, encoded, sampling, eos, hf_anchor, hf_static) \
+    static_failed = _warm_up(target, ours, runs, do_hf, encoded, sampling, eos, hf_anchor, hf_static, hf_lookup) \
         if warm_up else None
-    if hf_lookup and warm_up:
-        hf_generate(target, encoded[0], first.max_new_tokens, sampling, 0, eos, lookup=hf_lookup)
     hf_static = hf_static and static_failed is None
 
     # --- the lossless rule for this target (decode.drafting.lossless): exact in float32; in bf16/fp16 near-ties within ε
@@ -108,8 +106,8 @@ def measure_many(target, tok, runs: list[tuple], rows: list[dict], encoded: list
             hf_gen["same"] = hf_gen.get("same", 0) + (ref_hf == ref)  # the two decoders' target alone agree
         if hf_lookup:
             y, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, lookup=hf_lookup)
-            hf_pld.update(tokens=hf_pld["tokens"] + len(y), seconds=hf_pld["seconds"] + secs,
-                          same=hf_pld["same"] + (y == ref_hf))
+            hf_pld["tokens"], hf_pld["seconds"] = hf_pld["tokens"] + len(y), hf_pld["seconds"] + secs
+            hf_pld["same"] += y == ref_hf  # transformers' prompt lookup is lossless in greedy decoding
         if hf_static:
             y, secs = hf_generate(target, ids, first.max_new_tokens, sampling, seed, eos, static=True)
             hf_gen_static["tokens"] += len(y)
@@ -182,13 +180,15 @@ def _ours(target, eos, first, draft, ids, cfg, seed, n=None):
 
 
 def _warm_up(target, ours, runs: list[tuple], do_hf: list[bool], encoded: list[list[int]], sampling, eos,
-             hf_anchor: bool, hf_static: bool) -> str | None:
+             hf_anchor: bool, hf_static: bool, hf_lookup: int = 0) -> str | None:
     """Every path once on the first prompt (transformers' static-cache generate on every prompt), none of it
     timed; why the static-cache anchor failed, or None."""
     n = runs[0][1].max_new_tokens
     ours(None, encoded[0], None, 0)
     if hf_anchor:
         hf_generate(target, encoded[0], n, sampling, 0, eos)
+    if hf_lookup:
+        hf_generate(target, encoded[0], n, sampling, 0, eos, lookup=hf_lookup)
     static_failed = _warm_static(target, encoded, n, sampling, eos) if hf_static else None
     for (draft, cfg, _), hf_on in zip(runs, do_hf):
         ours(draft, encoded[0], cfg, 0)
