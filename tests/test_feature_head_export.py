@@ -6,8 +6,7 @@
                     step 1 (the head's own output, teacher-forced token), logits equal to float32 rounding
     static check    servable.head_problems: what vLLM's eagle3 would read differently (layer order, a missing
                     norm_before_residual, d2t against t2d), and the vllm check's routing (method eagle3 for a head)
-    vLLM            (slow, vllm) publish's vllm check serves the default target with a head as `method: eagle3`:
-                    greedy output equal to vLLM's target alone, α equal to the bundled decoder's within tolerance
+    vLLM            for real: tests/test_publish_heads.py (publish's vllm check on a fitted head of the default target)
 
 The tiny target is a llama with head_dim 64 (vLLM's CPU attention refuses smaller ones).
 """
@@ -15,7 +14,6 @@ The tiny target is a llama with head_dim 64 (vLLM's CPU attention refuses smalle
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,7 +26,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from decode.models.feature_head import FeatureHead, default_layers, is_head_folder, layer_config
 from distill.publish import servable, vllm_check
 
-VLLM_PYTHON = os.environ.get("SPECDISTILL_VLLM_PYTHON", sys.executable)
 GAMMA = 3
 H, V, LAYERS = 128, 300, 6
 DRAFT_IDS = sorted(set(range(0, V, 3)) | {1, 2})  # 102 of the 300 ids
@@ -225,68 +222,3 @@ def test_the_card_names_the_method():
 
 
 # --- for real: vLLM serves the default target with a head
-
-
-def _has_vllm() -> bool:
-    return Path(VLLM_PYTHON).is_file() and vllm_check.vllm_installed(VLLM_PYTHON)
-
-
-def fitted_head(target, tokenizer, prompts: list[list[int]], max_tokens: int, steps: int = 40) -> FeatureHead:
-    """A head of the target's shape (8,192-id vocabulary, default layers, the target's embedding, final norm and
-    head rows) fitted for `steps` Adam steps on the target's own greedy continuations of `prompts`, step 0 only:
-    it then drafts the next token right far more often than a random head (α 0), so α agreeing between vLLM and
-    the bundled decoder says that both read the same features, token and positions."""
-    from decode.drafting.speculative import generate
-    from decode.models.targets import eos_ids
-
-    cfg, vocab = target.config, 8192
-    eos = eos_ids(target, tokenizer)
-    torch.manual_seed(0)
-    head = FeatureHead(layer_config(cfg), default_layers(cfg.num_hidden_layers), list(range(vocab)))
-    with torch.no_grad():
-        for p in head.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.02)
-        head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
-        head.lm_head.weight.copy_(target.get_output_embeddings().weight[:vocab])
-        head.norm.weight.copy_(target.model.norm.weight)
-        data = []
-        for p in prompts:
-            seq = torch.tensor([p + generate(target, None, p, max_tokens, eos_token_ids=eos)[0]])
-            hs = target(input_ids=seq, output_hidden_states=True).hidden_states
-            f = torch.cat([hs[j] for j in head.feature_layers], -1)[0]  # (T, 3H): f_p
-            data.append((seq[0, 1:-1], f[:-2], seq[0, 2:]))  # position p: x_{p+1}, f_p -> x_{p+2}
-    head.embed_tokens.weight.requires_grad_(False)
-    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=1e-3)
-    for _ in range(steps):
-        loss = 0.0
-        for ids, f, y in data:
-            out, _, _ = head(ids[None], head.fuse(f[None]), torch.arange(1, len(ids) + 1)[None])
-            keep = y < vocab
-            loss = loss + torch.nn.functional.cross_entropy(head.logits(out)[0][keep], y[keep])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return head.eval()
-
-
-@pytest.mark.slow
-@pytest.mark.vllm
-@pytest.mark.skipif(not _has_vllm(), reason=f"vLLM is not importable by {VLLM_PYTHON} (set SPECDISTILL_VLLM_PYTHON)")
-def test_vllm_serves_a_feature_head_as_eagle3_losslessly(tmp_path, monkeypatch):
-    """publish's vllm check on a head folder of the default target (4 held-out prompts × 32 tokens, γ = 3, float32):
-    vLLM with the head emits exactly vLLM's target alone, and its α is the bundled decoder's within tolerance."""
-    from decode.models.targets import load_target, resolve
-
-    target, tok = load_target("default", "float32")
-    prompts = vllm_check.check_prompts(tok, 4)
-    monkeypatch.setattr(vllm_check, "check_prompts", lambda t: prompts)
-    monkeypatch.setattr(vllm_check, "VLLM_NEW_TOKENS", 32)
-    folder = tmp_path / "head"
-    fitted_head(target, tok, prompts, 32).save(folder, gamma=GAMMA)
-    tok.save_pretrained(folder)
-    status, detail, n = vllm_check.prove(folder, resolve("default"), target, tok, GAMMA, VLLM_PYTHON)
-    assert status == "ok", detail
-    assert n["method"] == "eagle3" and n["lossless"] and n["drafted"] > 0
-    assert n["ours_acceptance_rate"] > 0.1, n  # a head that drafts something right: α compares something
-    assert abs(n["acceptance_rate"] - n["ours_acceptance_rate"]) <= n["alpha_tolerance"], n
