@@ -62,6 +62,16 @@ def test_per_category_speedups_that_c_and_v_cannot_explain_are_flagged():
     assert timing.check(_result(_entry(gamma=3, cats=fine)))["reliable"]
 
 
+def test_a_category_of_one_prompt_is_left_to_the_entrys_own_checks():
+    # the default pipeline's screen: one prompt a category, its shared baseline slow on one of them
+    one = _entry(cats={"chat": (1.2, 1.3), "writing": (1.9, 1.66)})
+    one["per_category"]["writing"]["prompts"] = 1
+    assert timing.check(_result(one))["reliable"]
+    one["per_category"]["writing"]["prompts"] = 2
+    assert timing.check(_result(one))["problems"] == ["step 550 γ=2: speedup above τ in writing (a round costs at "
+                                                      "least one target step)"]
+
+
 def test_a_speedup_above_tau_is_flagged():
     problems = timing.check(_result(_entry(speedup=1.9, tau=1.42)))["problems"]
     assert problems == ["step 550 γ=2: speedup 1.9x above τ = 1.42"]

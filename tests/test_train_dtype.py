@@ -99,6 +99,35 @@ def test_an_fp32_run_exports_fp32_and_resumes_bitwise(tiny_collected, tmp_path):
     shutil.rmtree(tmp_path / "whole")
 
 
+@pytest.mark.parametrize("precision, cuda, cpu_bf16, want", [
+    ("auto", True, False, "bf16"), ("auto", False, True, "fp32"), ("native", True, False, "bf16"),
+    ("native", False, True, "bf16"), ("native", False, False, "fp32"), ("fp32", True, True, "fp32"),
+    ("bf16", False, False, "bf16")])
+def test_precision_resolves_by_hardware(monkeypatch, precision, cuda, cpu_bf16, want):
+    """auto: bf16 on a GPU, fp32 on every CPU; native: bf16 also on a CPU with bf16 instructions (AVX512-BF16 or
+    AMX), where torch does not emulate it; bf16 and fp32 as given."""
+    from distill.train import setup
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(setup, "cpu_computes_bf16", lambda: cpu_bf16)
+    assert setup.resolved_precision(TrainConfig(precision=precision)) == want
+
+
+def test_one_process_runs_fp32_then_bf16(fresh_accelerator_state):
+    """The pipeline's stages share a process: a bf16 stage after an fp32 one gets a bf16 Accelerator, not accelerate's
+    'already initialized' error."""
+    from distill.train.setup import make_accelerator
+
+    assert make_accelerator(TrainConfig(precision="fp32")).mixed_precision == "no"
+    assert make_accelerator(TrainConfig(precision="bf16")).mixed_precision == "bf16"
+    assert make_accelerator(TrainConfig(precision="fp32")).mixed_precision == "no"
+
+
+def test_precision_refuses_other_words():
+    with pytest.raises(UserError, match="--precision must be auto, native, bf16 or fp32, got 'half'"):
+        TrainConfig(precision="half")
+
+
 @pytest.mark.parametrize("value, on", [("on", True), ("off", False), ("auto", False)])
 def test_compile_choice_on_cpu(value, on):
     from accelerate import Accelerator

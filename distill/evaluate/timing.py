@@ -25,6 +25,10 @@ ROUND_FLOOR = 0.9
 # categories share c and v; their round cost differs only through context length (a few %). A 2x spread across
 # categories of one run means the baseline's and the run's clocks drifted apart prompt by prompt.
 CATEGORY_SPREAD = 2.0
+# the per-category checks skip a category of fewer prompts: one prompt is ~1 s of clock, and a hiccup on its
+# target-alone baseline, which every row shares, lifts every row's speedup there past τ (the screen of the default
+# pipeline, one prompt a category, was flagged on every run so); the entry's own checks still cover its prompts
+CATEGORY_MIN_PROMPTS = 2
 
 
 def _round_cost(tau: float, speedup: float) -> float | None:
@@ -66,15 +70,15 @@ def _step_problems(entries: list[dict]) -> list[str]:
 
 def _category_problems(e: dict) -> list[str]:
     """Per category of one entry: a speedup above τ, or round costs spread too far."""
-    costs = {name: r for name, c in (e.get("per_category") or {}).items()
-             if (r := _round_cost(c.get("tau", 0), c.get("speedup", 0))) is not None}
+    cats = {n: c for n, c in (e.get("per_category") or {}).items() if c.get("prompts", 0) >= CATEGORY_MIN_PROMPTS}
+    costs = {name: r for name, c in cats.items() if (r := _round_cost(c.get("tau", 0), c.get("speedup", 0))) is not None}
     out = []
     name = f"{e['label']} γ={e['gamma']}"
     over = sorted(n for n, r in costs.items() if r < ROUND_FLOOR)
     if over:
         out.append(f"{name}: speedup above τ in {', '.join(over)} (a round costs at least one target step)")
     if len(costs) > 1 and min(costs.values()) > 0 and max(costs.values()) / min(costs.values()) > CATEGORY_SPREAD:
-        speeds = [c["speedup"] for c in e["per_category"].values()]
+        speeds = [c["speedup"] for c in cats.values()]
         out.append(f"{name}: per-category speedups {min(speeds)}x..{max(speeds)}x at a round cost (τ/speedup) "
                    f"{min(costs.values()):.2f}..{max(costs.values()):.2f} target steps, which c and v keep within a few %")
     return out

@@ -93,7 +93,9 @@ class TrainConfig:
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm"})
     max_nonfinite_steps: int = field(default=20, metadata={"help": "a step with a non-finite loss or gradient is "
                                      "skipped before any weight changes; the run stops after this many in a row"})
-    precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32"})
+    precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | native (bf16 where "
+                           "the hardware computes it: a GPU, or a CPU with AVX512-BF16 or AMX; fp32 elsewhere) | "
+                           "bf16 | fp32"})
     loss_chunk_mb: int = field(default=256, metadata={"help": "the head and the loss run over chunks of positions "
                                "of this many MiB of float32 logits (peak memory is a few such chunks)"})
     memory_gb: float = field(default=0.0, metadata={"help": "memory one training process may use (GiB): a step on "
@@ -124,8 +126,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.report_to not in ("wandb", "none"):
             raise UserError(f"--report-to must be 'wandb' or 'none', got {self.report_to!r}")
-        if self.precision not in ("auto", "bf16", "fp32"):
-            raise UserError(f"--precision must be auto, bf16 or fp32, got {self.precision!r}")
+        if self.precision not in ("auto", "native", "bf16", "fp32"):
+            raise UserError(f"--precision must be auto, native, bf16 or fp32, got {self.precision!r}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise UserError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
         check_bounds(self)

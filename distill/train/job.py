@@ -67,6 +67,8 @@ def train(cfg: TrainConfig, argv: list[str], command: str | None = None) -> Path
     log(draft_line(draft.card, accelerator.device))
     peak = peak_lr(cfg, draft.width)
     log(f"lr: peak {peak:.3g}" + (f" (--lr {cfg.lr:g} x --lr-width {cfg.lr_width} / width {draft.width})" if peak != cfg.lr else ""))
+    mixed = str(accelerator.mixed_precision).replace("no", "fp32")
+    log(f"precision: {mixed}" + (f" (--precision {cfg.precision})" if cfg.precision in ("auto", "native") else ""))
     # only the main process's real-decode eval runs the whole target (in fp32, like the draft's weights)
     spec_target = (load_target(cfg.target, "float32", str(accelerator.device))[0]
                    if cfg.spec_eval_prompts > 0 and main_proc else None)

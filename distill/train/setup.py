@@ -57,13 +57,41 @@ class _NotSharedTensors:
         return "Removed shared tensor" not in record.getMessage()
 
 
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU has bf16 matmul instructions (AVX512-BF16 or AMX): there bf16 autocast trains 1.2-1.5x the
+    tokens/s of float32 (docs/results.md, issue 63); without them torch emulates bf16 and it is slower."""
+    return any(getattr(torch.cpu, f, lambda: False)() for f in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+
+
+def resolved_precision(cfg: TrainConfig) -> str:
+    """--precision as the run computes: bf16 or fp32."""
+    if cfg.precision in ("bf16", "fp32"):
+        return cfg.precision
+    if torch.cuda.is_available():
+        return "bf16"
+    return "bf16" if cfg.precision == "native" and cpu_computes_bf16() else "fp32"
+
+
+def _fresh_state_for(precision: str) -> None:
+    """accelerate keeps one process-wide state, and an Accelerator of another mixed precision raises: the pipeline
+    runs its stages in one process (a standalone draft in bf16, a head stage in fp32). A single process drops the
+    earlier run's state; a launched one (WORLD_SIZE > 1) keeps its process group and the error."""
+    from accelerate.state import AcceleratorState
+
+    state = AcceleratorState._shared_state
+    if state and int(os.environ.get("WORLD_SIZE", "1")) == 1 and \
+            state.get("_mixed_precision", "no") != ("bf16" if precision == "bf16" else "no"):
+        AcceleratorState._reset_state()
+
+
 def make_accelerator(cfg: TrainConfig):
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs
 
     cuda = torch.cuda.is_available()
     multi_cpu = not cuda and int(os.environ.get("WORLD_SIZE", "1")) > 1
-    precision = ("bf16" if cuda else "fp32") if cfg.precision == "auto" else cfg.precision
+    precision = resolved_precision(cfg)
+    _fresh_state_for(precision)
     # gloo on CPU: without it, multi-process CPU runs each believe they are rank 0 (checked on this project's CPU box)
     return Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", step_scheduler_with_optimizer=False,
                        gradient_accumulation_steps=cfg.grad_accum,
