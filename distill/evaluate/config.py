@@ -43,8 +43,11 @@ class EvalConfig:
                             "in turn from each category"})
     screen_limit: int = field(default=0, metadata={"help": "decide on fewer prompts: each draft's plausible settings "
                               "(the γ its cost model puts near its best, every lookup and tree setting) on the first "
-                              "N prompts, then only the fastest trained one again on all of them (0 = every setting "
-                              "on every prompt)"})
+                              "N prompts, then only the fastest trained ones (--confirm) again on all of them (0 = "
+                              "every setting on every prompt)"})
+    confirm: int = field(default=2, metadata={"help": "after a screen, its N fastest trained settings again on every "
+                         "prompt, beside one target-alone baseline; the fastest of them ships (on 8 prompts the screen's "
+                         "top settings sit within its noise of each other)"})
     long_unfamiliar: str = field(default="long-ood", metadata={"help": "with --long-prompts, also this long set from "
                                  "sources unlike the bundled ones (distill/data/long_ood; empty = off)"})
     long_window: bool = field(default=True, metadata={"help": "with --long-prompts, choose each standalone or parallel "
@@ -99,6 +102,9 @@ class EvalConfig:
         if self.screen_limit < 0:
             raise UserError(f"--screen-limit must be >= 0 (prompts the settings are screened on; 0 = off), got "
                             f"{self.screen_limit}")
+        if self.confirm < 1:
+            raise UserError(f"--confirm must be >= 1 (the screen's fastest settings timed again on every prompt), got "
+                            f"{self.confirm}")
         if self.long_limit < 0:
             raise UserError(f"--long-limit must be >= 0 (prompts of --long-prompts; 0 = off), got {self.long_limit}")
         if self.checkpoints not in ("all", "last"):

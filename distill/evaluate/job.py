@@ -97,12 +97,15 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     pld = max(cfg.gammas()) if cfg.hf_anchors() else 0  # transformers' prompt lookup, in the same loop
     entries = [_entry(e, labels[i], names, cfg) for i, e in enumerate(
         measure_many(target, tok, runs, rows[:screen], encoded[:screen], log=progress, hf_lookup=pld))]
-    top = winner(entries)
-    confirmed = confirm(target, tok, runs[top], entries[top], rows, encoded, progress) if screen < len(rows) else None
-    if confirmed is not None:  # a row of its own beside the screen's: the one report.best() takes
-        entries.append(_entry(confirmed, labels[top], names, cfg))
+    tops = contenders(entries, cfg.confirm if screen < len(rows) else 1)
+    confirmed = confirm(target, tok, [runs[i] for i in tops], [entries[i] for i in tops], rows, encoded,
+                        progress) if screen < len(rows) else []
+    for i, e in zip(tops, confirmed):  # rows of their own beside the screen's: the ones report.best() takes from
+        entries.append(_entry(e, labels[i], names, cfg))
         entries[-1].update(label=f"{entries[-1]['label']} (all {len(rows)} prompts)", confirmed=True)
-    long = long_check.measure(cfg, target, tok, [runs[top]], [entries[-1] if confirmed else entries[top]], notes)
+    k = max(range(len(confirmed)), key=lambda k: confirmed[k]["speedup"]) if confirmed else 0
+    shipped = entries[len(entries) - len(confirmed) + k] if confirmed else entries[tops[0]]
+    long = long_check.measure(cfg, target, tok, [runs[tops[k]]], [shipped], notes)
     del runs  # the long check: the draft that ships, alone
 
     anchors = {}
@@ -116,7 +119,7 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     result = {"target": cfg.target, "prompts": len(rows), "prompt_set": cfg.prompts, "config": asdict(cfg),
               "command": command or "python -m distill.evaluate " + " ".join(argv or []),
               "run": str(run_dir) if run_dir else None, "entries": entries, "anchors": anchors, "errors": errors,
-              "notes": notes, "screen": confirmed and confirmed["screen"],
+              "notes": notes, "screen": shipped.get("screen"),
               "long_check": long,
               "training_proxy": training_proxy(run_dir) if run_dir else [],
               "timing_check": timing.check({"entries": entries})}
@@ -143,22 +146,24 @@ def _entry(e: dict, label_of: tuple, names: dict, cfg: EvalConfig) -> dict:
     return e
 
 
-def winner(entries: list[dict]) -> int:
-    """Index of the trained entry with the highest measured speedup (of any entry when none is trained)."""
+def contenders(entries: list[dict], n: int) -> list[int]:
+    """Indices of the n trained entries with the highest measured speedup, fastest first (of any entries when none
+    is trained)."""
     pool = [i for i, e in enumerate(entries) if e["trained"]] or range(len(entries))
-    return max(pool, key=lambda i: entries[i]["speedup"])
+    return sorted(pool, key=lambda i: -entries[i]["speedup"])[:n]
 
 
-def confirm(target, tok, run: tuple, screened: dict, rows: list[dict], encoded: list, log) -> dict:
-    """The screen's winner again on every prompt, against its own target-alone baseline (no anchors: they ran in
-    the screen); its result with `screen`: what the screen measured and that it decided on it."""
-    draft, bcfg, _ = run
-    print(f"confirming {screened['label']} (γ={bcfg.gamma}, {screened['speedup']}x on {screened['prompts']} prompts) "
-          f"on all {len(rows)} prompts", file=sys.stderr, flush=True)
-    e = measure_many(target, tok, [(draft, bcfg, False)], rows, encoded, log=log, warm_up=False)[0]  # warmed: the screen
-    e["screen"] = {"prompts": screened["prompts"], "winner": screened["label"], "speedup": screened["speedup"],
-                   "acceptance_rate": screened["speculative"]["acceptance_rate"], "tau": screened["speculative"]["tau"]}
-    return e
+def confirm(target, tok, runs: list[tuple], screened: list[dict], rows: list[dict], encoded: list, log) -> list[dict]:
+    """The screen's fastest settings again on every prompt, against one target-alone baseline of their own (no
+    anchors: they ran in the screen); each result with `screen`: what the screen measured of it."""
+    said = ", ".join(f"{s['label']} (γ={c.gamma}, {s['speedup']}x)" for (_, c, _), s in zip(runs, screened))
+    print(f"confirming {said} of the screen's {screened[0]['prompts']} prompts on all {len(rows)} prompts",
+          file=sys.stderr, flush=True)
+    out = measure_many(target, tok, [(d, c, False) for d, c, _ in runs], rows, encoded, log=log, warm_up=False)
+    for e, s in zip(out, screened):  # warmed up: the screen ran the same drafts in this process
+        e["screen"] = {"prompts": s["prompts"], "winner": s["label"], "speedup": s["speedup"],
+                       "acceptance_rate": s["speculative"]["acceptance_rate"], "tau": s["speculative"]["tau"]}
+    return out
 
 
 def training_run(spec: str, other_drafts: bool) -> Path:

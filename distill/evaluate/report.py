@@ -180,8 +180,9 @@ def _screen_lines(result: dict) -> list[str]:
         return []
     n = result["prompts"]
     return [f"Each draft's plausible settings were timed on {sc['prompts']} of the {n} prompts (the screen), and the "
-            f"fastest trained one, {sc['winner']} ({sc['speedup']}× there), again on all {n}: the row marked "
-            f"(all {n} prompts), which the headline and the pipeline take.", ""]
+            f"fastest trained ones again on all {n}, beside one baseline: the rows marked (all {n} prompts). The "
+            f"faster of those, {sc['winner']} ({sc['speedup']}× in the screen), is what the headline and the pipeline "
+            "take.", ""]
 
 
 STAGE_NAMES = {"collect_s": "collect (train + held-out prompts)", "plan_s": "plan (each design's draft timed)",
