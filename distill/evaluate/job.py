@@ -100,12 +100,13 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     tops = contenders(entries, cfg.confirm if screen < len(rows) else 1)
     confirmed = confirm(target, tok, [runs[i] for i in tops], [entries[i] for i in tops], rows, encoded,
                         progress) if screen < len(rows) else []
+    picks = []  # (run index, entry): the confirmed rows, or the winner itself without a screen
     for i, e in zip(tops, confirmed):  # rows of their own beside the screen's: the ones report.best() takes from
         entries.append(_entry(e, labels[i], names, cfg))
         entries[-1].update(label=f"{entries[-1]['label']} (all {len(rows)} prompts)", confirmed=True)
-    k = max(range(len(confirmed)), key=lambda k: confirmed[k]["speedup"]) if confirmed else 0
-    shipped = entries[len(entries) - len(confirmed) + k] if confirmed else entries[tops[0]]
-    long = long_check.measure(cfg, target, tok, [runs[tops[k]]], [shipped], notes)
+        picks.append((i, entries[-1]))
+    top, shipped = max(picks or [(tops[0], entries[tops[0]])], key=lambda p: p[1]["speedup"])
+    long = long_check.measure(cfg, target, tok, [runs[top]], [shipped], notes)
     del runs  # the long check: the draft that ships, alone
 
     anchors = {}
