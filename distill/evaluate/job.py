@@ -97,9 +97,10 @@ def run(cfg: EvalConfig, argv: list[str] | None = None, command: str | None = No
     pld = max(cfg.gammas()) if cfg.hf_anchors() else 0  # transformers' prompt lookup, in the same loop
     entries = [_entry(e, labels[i], names, cfg) for i, e in enumerate(
         measure_many(target, tok, runs, rows[:screen], encoded[:screen], log=progress, hf_lookup=pld))]
-    tops = contenders(entries, cfg.confirm if screen < len(rows) else 1)
+    screened = screen < len(rows)
+    tops = contenders(entries, cfg.confirm if screened else 1)
     confirmed = confirm(target, tok, [runs[i] for i in tops], [entries[i] for i in tops], rows, encoded,
-                        progress) if screen < len(rows) else []
+                        progress) if screened else []
     picks = []  # (run index, entry): the confirmed rows, or the winner itself without a screen
     for i, e in zip(tops, confirmed):  # rows of their own beside the screen's: the ones report.best() takes from
         entries.append(_entry(e, labels[i], names, cfg))

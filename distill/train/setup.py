@@ -72,15 +72,14 @@ def resolved_precision(cfg: TrainConfig) -> str:
     return "bf16" if cfg.precision == "native" and cpu_computes_bf16() else "fp32"
 
 
-def _fresh_state_for(precision: str) -> None:
+def _fresh_state_for(mixed_precision: str) -> None:
     """accelerate keeps one process-wide state, and an Accelerator of another mixed precision raises: the pipeline
     runs its stages in one process (a standalone draft in bf16, a head stage in fp32). A single process drops the
     earlier run's state; a launched one (WORLD_SIZE > 1) keeps its process group and the error."""
     from accelerate.state import AcceleratorState
 
     state = AcceleratorState._shared_state
-    if state and int(os.environ.get("WORLD_SIZE", "1")) == 1 and \
-            state.get("_mixed_precision", "no") != ("bf16" if precision == "bf16" else "no"):
+    if state and int(os.environ.get("WORLD_SIZE", "1")) == 1 and state.get("_mixed_precision", "no") != mixed_precision:
         AcceleratorState._reset_state()
 
 
@@ -90,10 +89,10 @@ def make_accelerator(cfg: TrainConfig):
 
     cuda = torch.cuda.is_available()
     multi_cpu = not cuda and int(os.environ.get("WORLD_SIZE", "1")) > 1
-    precision = resolved_precision(cfg)
-    _fresh_state_for(precision)
+    mixed = "bf16" if resolved_precision(cfg) == "bf16" else "no"
+    _fresh_state_for(mixed)
     # gloo on CPU: without it, multi-process CPU runs each believe they are rank 0 (checked on this project's CPU box)
-    return Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", step_scheduler_with_optimizer=False,
+    return Accelerator(mixed_precision=mixed, step_scheduler_with_optimizer=False,
                        gradient_accumulation_steps=cfg.grad_accum,
                        kwargs_handlers=[InitProcessGroupKwargs(backend="gloo")] if multi_cpu else [])
 
